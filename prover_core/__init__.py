@@ -1,0 +1,68 @@
+"""prover-core: Propose, Verify, Credit for agentic RL.
+
+The four stages live in their own modules: :mod:`prover_core.trigger`, :mod:`prover_core.propose`
+(with :mod:`prover_core.judges`), :mod:`prover_core.verify` and :mod:`prover_core.credit`;
+:func:`compute_bonus` runs them over a batch.
+"""
+
+from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus, group_batch
+from prover_core.config import ProverConfig
+from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, Trajectory, Turn, Verification
+from prover_core.errors import (
+    ContinuationError,
+    ContinuationLimitError,
+    InvalidBatchError,
+    InvalidSegmentError,
+    JudgeError,
+    ProverError,
+    ReplayMismatchError,
+    RestoreError,
+)
+from prover_core.grpo import group_advantages, grpo_advantages
+from prover_core.judges import DivergenceJudge, RandomJudge
+from prover_core.protocols import ContinueFn, Episode, Judge, Policy, PolicyContext, RestorableEnv, Step
+from prover_core.report import GroupRecord, Report
+from prover_core.restore import Env, LiveEpisode, ReplayEnv, SnapshotEnv
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BonusResult",
+    "ContinuationError",
+    "ContinuationLimitError",
+    "ContinueFn",
+    "Decline",
+    "DivergenceJudge",
+    "Env",
+    "Episode",
+    "GroupRecord",
+    "InvalidBatchError",
+    "InvalidSegmentError",
+    "Judge",
+    "JudgeError",
+    "LiveEpisode",
+    "Outcome",
+    "Policy",
+    "PolicyContext",
+    "Proposal",
+    "ProverConfig",
+    "ProverError",
+    "RandomJudge",
+    "ReplayEnv",
+    "ReplayMismatchError",
+    "Report",
+    "RestorableEnv",
+    "RestoreError",
+    "Segment",
+    "SegmentRules",
+    "SnapshotEnv",
+    "Step",
+    "Trajectory",
+    "Turn",
+    "Verification",
+    "acompute_bonus",
+    "compute_bonus",
+    "group_advantages",
+    "group_batch",
+    "grpo_advantages",
+]

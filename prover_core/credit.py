@@ -1,0 +1,55 @@
+"""Stage 4, Credit: turn an accepted verification into a per-turn and a per-token bonus.
+
+For an accepted segment ``[l, r]`` of the successful trajectory with measured ``Delta``,
+
+    bonus_t = lam * Delta   for l <= t <= r,   0 otherwise,
+
+and every other trajectory gets 0. The advantage of a trainable token of turn ``t`` is then
+``A_GRPO + bonus_t``; tokens outside every action span (environment or tool tokens) get nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from prover_core.data import Segment, Trajectory
+
+
+def segment_bonus(num_turns: int, segment: Segment, delta: float, lam: float = 1.0) -> NDArray[np.float64]:
+    """Per-turn bonus: ``lam * delta`` on turns ``segment.start..segment.end``, 0 elsewhere."""
+    if segment.end >= num_turns:
+        raise ValueError(f"segment ends at turn {segment.end} but there are only {num_turns} turns")
+    bonus = np.zeros(num_turns)
+    bonus[segment.start : segment.end + 1] = lam * delta
+    return bonus
+
+
+def spread_to_tokens(trajectory: Trajectory, per_turn: NDArray[np.float64], length: int) -> NDArray[np.float64]:
+    """Per-token values: ``per_turn[t]`` on the token span of turn ``t``, 0 on every other position.
+
+    Raises ``ValueError`` if a turn with a non-zero value has no token span, or a span does not fit
+    in ``length`` positions: a bonus that cannot be placed is an error, never dropped silently.
+    """
+    if per_turn.shape != (trajectory.num_turns,):
+        raise ValueError(f"expected {trajectory.num_turns} per-turn values, got shape {per_turn.shape}")
+    out = np.zeros(length)
+    for t, (turn, value) in enumerate(zip(trajectory.turns, per_turn.tolist(), strict=True)):
+        span = turn.token_span
+        if span is None:
+            if value != 0.0:
+                raise ValueError(f"turn {t} of trajectory {trajectory.id!r} carries credit but has no token_span")
+            continue
+        if span[1] > length:
+            raise ValueError(
+                f"token span {span} of turn {t} of trajectory {trajectory.id!r} does not fit in {length} positions"
+            )
+        out[span[0] : span[1]] = value
+    return out
+
+
+def action_mask(trajectory: Trajectory, length: int) -> NDArray[np.bool_]:
+    """True on the positions covered by some turn's token span (the trainable action tokens)."""
+    has_span = np.array([turn.token_span is not None for turn in trajectory.turns], dtype=np.float64)
+    mask: NDArray[np.bool_] = spread_to_tokens(trajectory, has_span, length) != 0.0
+    return mask

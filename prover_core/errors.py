@@ -1,0 +1,54 @@
+"""Typed exceptions. Everything the library raises on purpose derives from :class:`ProverError`."""
+
+from __future__ import annotations
+
+
+class ProverError(Exception):
+    """Base class of every error raised on purpose by prover-core."""
+
+
+class InvalidBatchError(ProverError, ValueError):
+    """The batch of trajectories handed to ``compute_bonus`` is malformed (empty, duplicate ids, ...)."""
+
+
+class InvalidSegmentError(ProverError, ValueError):
+    """A proposed segment is out of range, too long, or ends on the terminal turn."""
+
+
+class JudgeError(ProverError):
+    """A judge failed to produce a usable proposal (garbage answer, timeout, exhausted repairs)."""
+
+
+class RestoreError(ProverError):
+    """An environment could not be restored to a turn boundary."""
+
+
+class ReplayMismatchError(RestoreError):
+    """Deterministic replay produced an observation that differs from the recorded one.
+
+    Raised instead of continuing from a state that is not the recorded one, which would verify
+    (and credit) the wrong thing.
+    """
+
+    def __init__(self, trajectory_id: str, turn: int, expected: object, got: object) -> None:
+        self.trajectory_id = trajectory_id
+        self.turn = turn
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"replay of trajectory {trajectory_id!r} diverged at turn {turn}: "
+            f"expected observation {_short(expected)}, got {_short(got)}"
+        )
+
+
+class ContinuationError(ProverError):
+    """A continuation (policy acting in a restored environment) raised or did not finish."""
+
+
+class ContinuationLimitError(ContinuationError):
+    """A continuation ran past ``ProverConfig.max_continuation_turns`` without ending."""
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

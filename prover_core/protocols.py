@@ -1,0 +1,97 @@
+"""What a host implements: a :class:`Judge`, a :class:`RestorableEnv` and a :class:`Policy`.
+
+Every method may be synchronous or ``async``; the library awaits whatever is awaitable, so an async
+policy lets a host's batched inference engine batch the concurrent continuations.
+Stacks that own their agent loop can skip env and policy and hand ``compute_bonus`` a
+:data:`ContinueFn` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from prover_core.data import Decline, Outcome, Proposal, SegmentRules, Trajectory, Turn
+
+
+@dataclass(frozen=True)
+class Step:
+    """What an environment returns after a reset or a step."""
+
+    observation: Any
+    done: bool = False
+    success: bool = False
+    """Meaningful only when ``done``: the binary terminal reward."""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """Anything else the policy may use, e.g. ``{"actions": (...)}`` for the admissible actions."""
+
+
+@runtime_checkable
+class Episode(Protocol):
+    """A live episode: ``last`` is the latest :class:`Step`; ``step`` acts in it."""
+
+    @property
+    def last(self) -> Step: ...
+
+    def step(self, action: Any) -> Step | Awaitable[Step]: ...
+
+
+@runtime_checkable
+class RestorableEnv(Protocol):
+    """Re-creates the live episode of a recorded trajectory, positioned exactly before a turn."""
+
+    def restore(self, trajectory: Trajectory, turn: int, seed: int) -> Episode | Awaitable[Episode]:
+        """Return a fresh episode in state ``s_turn`` (after turns ``0..turn-1`` of ``trajectory``).
+
+        ``seed`` seeds the randomness of everything that happens *after* the restored state, so that
+        K continuations from one state are independent and continuation i from the pre and the post
+        boundary can share random numbers. Raise :class:`~prover_core.errors.RestoreError` when the
+        state cannot be restored exactly.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What the current policy sees when it acts during a continuation.
+
+    ``history`` is the recorded trajectory's turns before the boundary followed by the turns this
+    continuation has taken, so the agent's context is restored along with the environment.
+    """
+
+    trajectory: Trajectory
+    history: tuple[Turn, ...]
+    observation: Any
+    info: Mapping[str, Any]
+    seed: int
+    rng: np.random.Generator
+    """Seeded with ``seed``; a sampling policy should draw from it (common random numbers)."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """The current policy; ``act`` may be a plain or an ``async`` method."""
+
+    def act(self, context: PolicyContext) -> Any: ...
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Nominates the segment of the successful trajectory where it did what the failed runs did not.
+
+    ``propose`` may be a plain or an ``async`` method. It returns a :class:`Proposal` whose segment
+    satisfies ``rules``, or a :class:`Decline` with a reason; the library re-checks the segment.
+    """
+
+    def propose(
+        self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules
+    ) -> Proposal | Decline | Awaitable[Proposal | Decline]: ...
+
+
+ContinueFn = Callable[[Trajectory, int, int], "bool | Outcome | Awaitable[bool | Outcome]"]
+"""The low-level hook: ``continue_from(trajectory, turn, seed)`` runs one continuation of the current
+policy from state ``s_turn`` of ``trajectory`` and returns its binary outcome (or an
+:class:`~prover_core.data.Outcome` that also counts the policy turns spent)."""

@@ -1,0 +1,31 @@
+"""Stage 1, Trigger: which groups enter the pipeline, and which successful run represents each.
+
+A group with success rate ``p = (#successes) / G`` is eligible iff ``low < p < high`` (strict;
+the paper uses ``(0, 0.5)``, i.e. 1..3 successes of 8). Its representative is the shortest
+successful trajectory; ties go to the smallest trajectory id, so the choice does not depend on the
+order in which a host hands over the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prover_core.data import Trajectory
+
+
+def success_rate(group: Sequence[Trajectory]) -> float:
+    """Fraction of the group's trajectories that succeeded."""
+    return sum(t.success for t in group) / len(group)
+
+
+def is_eligible(rate: float, low: float = 0.0, high: float = 0.5) -> bool:
+    """``low < rate < high``: a mixed group where success is still the minority."""
+    return low < rate < high
+
+
+def representative(group: Sequence[Trajectory]) -> Trajectory:
+    """The shortest successful trajectory (fewest turns; ties: smallest id)."""
+    successes = [t for t in group if t.success]
+    if not successes:
+        raise ValueError("the group has no successful trajectory")
+    return min(successes, key=lambda t: (t.num_turns, t.id))
