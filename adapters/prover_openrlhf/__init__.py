@@ -1,0 +1,1 @@
+"""ProVer adapter for openrlhf (imports openrlhf lazily)."""

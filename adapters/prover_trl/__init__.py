@@ -1,0 +1,1 @@
+"""ProVer adapter for trl (imports trl lazily)."""

@@ -1,0 +1,1 @@
+"""ProVer adapter for verl (imports verl lazily)."""
