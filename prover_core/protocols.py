@@ -62,7 +62,8 @@ class PolicyContext:
     continuation has taken, so the agent's context is restored along with the environment.
     """
 
-    trajectory: Trajectory
+    trajectory: Trajectory | None
+    """The recorded trajectory being continued (``None`` while recording a fresh episode)."""
     history: tuple[Turn, ...]
     observation: Any
     info: Mapping[str, Any]

@@ -2,9 +2,11 @@
 
 For each nonterminal turn ``t`` of the successful run with observation ``o_t`` and action ``a_t``,
 let ``F_t`` be the failed runs that also saw ``o_t`` (at any turn). Turn ``t`` is a *divergence* if
-``F_t`` is non-empty and none of them took ``a_t`` at ``o_t``. The judge nominates the single turn
-with the largest ``|F_t|`` (the failure mode shared by the most failed runs; ties: the earliest).
-It declines when no turn qualifies.
+``F_t`` is non-empty and none of them took ``a_t`` at ``o_t``. Among divergences the judge prefers,
+in order: one whose next observation ``o_{t+1}`` no failed run ever saw (the decision took the
+successful run where the failures never went), the largest ``|F_t|`` (the failure mode shared by
+the most failed runs), the earliest turn. It nominates that single turn, and declines when no turn
+qualifies.
 """
 
 from __future__ import annotations
@@ -39,16 +41,18 @@ class DivergenceJudge:
                 seen.setdefault(obs, []).append(actions)
 
         last = success.num_turns - (2 if rules.nonterminal_end else 1)
-        best: tuple[int, int] | None = None  # (shared, turn)
+        ranked: list[tuple[bool, int, int]] = []  # (next observation new to the failures, |F_t|, -t)
         for t in range(last + 1):
             turn = success.turns[t]
             runs = seen.get(self.key(turn.observation), [])
             action = self.key(turn.action)
-            if runs and all(action not in actions for actions in runs) and (best is None or len(runs) > best[0]):
-                best = (len(runs), t)
-        if best is None:
+            if runs and all(action not in actions for actions in runs):
+                new_ground = t + 1 < success.num_turns and self.key(success.turns[t + 1].observation) not in seen
+                ranked.append((new_ground, len(runs), -t))
+        if not ranked:
             return Decline(reason="no turn where failed runs saw the same observation and all acted differently")
-        shared, t = best
+        _, shared, minus_t = max(ranked)
+        t = -minus_t
         return Proposal(
             segment=Segment(trajectory_id=success.id, start=t, end=t),
             rationale=(
