@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from functools import lru_cache
+from functools import cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -71,11 +71,8 @@ class MDPEnv:
             raise ValueError(f"action {action!r} is not admissible here: {self.mdp.actions(self.state)}")
         u = self.rng.random()
         outcomes = self.mdp.transitions(self.state, action)
-        cumulative = 0.0
-        for p, nxt, done, success in outcomes:
-            cumulative += p
-            if u < cumulative:
-                break
+        cumulative = np.cumsum([p for p, *_ in outcomes])
+        _, nxt, done, success = outcomes[min(int(np.searchsorted(cumulative, u, side="right")), len(outcomes) - 1)]
         self.state, self.turn = nxt, self.turn + 1
         if not done and self.turn >= self.mdp.horizon:
             return self._step(done=True, success=False)
@@ -102,7 +99,7 @@ class TabularPolicy:
 def exact_success_probability(mdp: FiniteMDP, policy: TabularPolicy) -> Callable[[Hashable, int], float]:
     """``V(state, turns_left)``: the exact success probability of ``policy`` (memoised recursion)."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def value(state: Hashable, turns_left: int) -> float:
         if turns_left <= 0:
             return 0.0
