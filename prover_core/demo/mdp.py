@@ -28,7 +28,8 @@ Transition = tuple[float, Hashable, bool, bool]
 class FiniteMDP(Protocol):
     """A finite MDP over hashable states with text observations and a turn limit."""
 
-    horizon: int
+    @property
+    def horizon(self) -> int: ...
 
     def initial(self, spec: Mapping[str, Any]) -> Hashable: ...
 
@@ -93,7 +94,8 @@ class TabularPolicy:
 
     def act(self, context: PolicyContext) -> str:
         actions = tuple(context.info["actions"])
-        return actions[int(context.rng.choice(len(actions), p=self.probs(context.observation, actions)))]
+        action: str = actions[int(context.rng.choice(len(actions), p=self.probs(context.observation, actions)))]
+        return action
 
 
 def exact_success_probability(mdp: FiniteMDP, policy: TabularPolicy) -> Callable[[Hashable, int], float]:

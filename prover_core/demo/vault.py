@@ -59,8 +59,8 @@ class VaultMDP:
 
 
 def _unpack(state: Hashable) -> State:
-    room, key = state  # type: ignore[misc]
-    return int(room), bool(key)
+    assert isinstance(state, tuple) and len(state) == 2, f"not a vault state: {state!r}"
+    return int(state[0]), bool(state[1])
 
 
 VAULT_WEIGHTS: Mapping[str, float] = {
