@@ -69,7 +69,19 @@ class PolicyContext:
     info: Mapping[str, Any]
     seed: int
     rng: np.random.Generator
-    """Seeded with ``seed``; a sampling policy should draw from it (common random numbers)."""
+    """``policy_rng(seed)``: a sampling policy should draw from it (common random numbers)."""
+
+
+POLICY_STREAM = 0x9E3779B9
+
+
+def policy_rng(seed: int) -> np.random.Generator:
+    """The policy's generator for a continuation with ``seed``.
+
+    A stream of its own: an environment reseeded with ``seed`` draws numbers independent of the
+    policy's (sharing one stream would correlate actions with transitions and bias ``Delta``).
+    """
+    return np.random.default_rng([seed, POLICY_STREAM])
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ import numpy as np
 
 from prover_core.data import Trajectory, Turn
 from prover_core.errors import ContinuationLimitError
-from prover_core.protocols import Policy, PolicyContext
+from prover_core.protocols import Policy, PolicyContext, policy_rng
 from prover_core.restore import Env
 
 
@@ -32,7 +32,7 @@ def record_episode(
     positions right after its observation's ``token_length(observation)`` positions.
     """
     step = env.reset(reset)
-    rng = np.random.default_rng(seed)
+    rng = policy_rng(seed)
     turns: list[Turn] = []
     cursor = 0
     for _ in range(max_turns):

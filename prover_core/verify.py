@@ -22,7 +22,7 @@ from prover_core._aio import resolve
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Segment, Trajectory, Turn, Verification
 from prover_core.errors import ContinuationError, ContinuationLimitError, ProverError
-from prover_core.protocols import ContinueFn, Policy, PolicyContext, RestorableEnv
+from prover_core.protocols import ContinueFn, Policy, PolicyContext, RestorableEnv, policy_rng
 
 Continuer = Callable[[Trajectory, int, int], Awaitable[Outcome]]
 """``async (trajectory, turn, seed) -> Outcome``: one continuation from state ``s_turn``."""
@@ -63,7 +63,7 @@ async def run_continuation(
     episode = await resolve(env.restore(trajectory, turn, seed))
     history: list[Turn] = list(trajectory.turns[:turn])
     step = episode.last
-    rng = np.random.default_rng(seed)
+    rng = policy_rng(seed)
     for taken in range(max_turns):
         try:
             context = PolicyContext(trajectory, tuple(history), step.observation, step.info, seed, rng)

@@ -1,0 +1,37 @@
+"""Shared builders for the core tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from prover_core import Trajectory, Turn
+
+
+def make_trajectory(
+    tid: str,
+    group: str,
+    success: bool,
+    actions: Sequence[str],
+    observations: Sequence[str] | None = None,
+    span_width: int = 2,
+    gap: int = 3,
+) -> Trajectory:
+    """A trajectory whose turn t has tokens [gap*(t+1) + t*span_width, ... + span_width)."""
+    obs = observations if observations is not None else [f"s{t}" for t in range(len(actions))]
+    turns = []
+    cursor = 0
+    for o, a in zip(obs, actions, strict=True):
+        start = cursor + gap
+        turns.append(Turn(observation=o, action=a, token_span=(start, start + span_width)))
+        cursor = start + span_width
+    return Trajectory(id=tid, group_id=group, turns=turns, success=success, reset={"seed": 0})
+
+
+@pytest.fixture
+def group_one_success() -> list[Trajectory]:
+    """Group g: 1 success of 4 (t0, 4 turns) and 3 failures (5 turns)."""
+    return [make_trajectory("t0", "g", True, ["a", "b", "c", "d"])] + [
+        make_trajectory(f"t{i}", "g", False, ["a", "x", "c", "d", "e"]) for i in range(1, 4)
+    ]
