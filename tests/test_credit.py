@@ -23,8 +23,12 @@ def test_spread_to_tokens_places_values_on_spans_only() -> None:
 
 
 def test_spread_refuses_to_drop_credit() -> None:
-    t = Trajectory(id="a", group_id="g", success=True,
-                   turns=[Turn(observation="o", action="x"), Turn(observation="p", action="y", token_span=(0, 2))])
+    t = Trajectory(
+        id="a",
+        group_id="g",
+        success=True,
+        turns=[Turn(observation="o", action="x"), Turn(observation="p", action="y", token_span=(0, 2))],
+    )
     np.testing.assert_array_equal(spread_to_tokens(t, np.array([0.0, 1.0]), 3), [1, 1, 0])
     with pytest.raises(ValueError, match="no token_span"):
         spread_to_tokens(t, np.array([1.0, 0.0]), 3)

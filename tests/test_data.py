@@ -5,7 +5,9 @@ from prover_core import InvalidSegmentError, Segment, SegmentRules, Trajectory, 
 from tests.conftest import make_trajectory
 
 
-@pytest.mark.parametrize("value, expected", [(True, True), (False, False), (1, True), (0, False), (1.0, True), (0.0, False)])
+@pytest.mark.parametrize(
+    "value, expected", [(True, True), (False, False), (1, True), (0, False), (1.0, True), (0.0, False)]
+)
 def test_success_accepts_binary_values(value: object, expected: bool) -> None:
     t = Trajectory(id="a", group_id="g", turns=[Turn(observation="o", action="x")], success=value)
     assert t.success is expected
@@ -29,8 +31,13 @@ def test_token_spans_must_be_ordered_and_disjoint() -> None:
         Turn(observation="o", action="x", token_span=(5, 3))
     with pytest.raises(ValidationError, match="overlap"):
         Trajectory(
-            id="a", group_id="g", success=True,
-            turns=[Turn(observation="o", action="x", token_span=(0, 4)), Turn(observation="p", action="y", token_span=(3, 6))],
+            id="a",
+            group_id="g",
+            success=True,
+            turns=[
+                Turn(observation="o", action="x", token_span=(0, 4)),
+                Turn(observation="p", action="y", token_span=(3, 6)),
+            ],
         )
 
 
@@ -52,7 +59,10 @@ def test_segment_rules_name_each_violation() -> None:
     assert "expected 'a'" in str(rules.violation(Segment(trajectory_id="b", start=0, end=0), t))
     with pytest.raises(InvalidSegmentError):
         rules.check(Segment(trajectory_id="a", start=5, end=5), t)
-    assert SegmentRules(max_turns=2, nonterminal_end=False).violation(Segment(trajectory_id="a", start=5, end=5), t) is None
+    assert (
+        SegmentRules(max_turns=2, nonterminal_end=False).violation(Segment(trajectory_id="a", start=5, end=5), t)
+        is None
+    )
 
 
 def test_candidates_are_exactly_the_admissible_segments() -> None:

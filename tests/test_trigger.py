@@ -6,7 +6,16 @@ from tests.conftest import make_trajectory
 
 @pytest.mark.parametrize(
     "successes, size, eligible",
-    [(0, 8, False), (1, 8, True), (3, 8, True), (4, 8, False), (8, 8, False), (1, 2, False), (1, 3, True), (2, 4, False)],
+    [
+        (0, 8, False),
+        (1, 8, True),
+        (3, 8, True),
+        (4, 8, False),
+        (8, 8, False),
+        (1, 2, False),
+        (1, 3, True),
+        (2, 4, False),
+    ],
 )
 def test_trigger_is_strictly_inside_zero_half(successes: int, size: int, eligible: bool) -> None:
     group = [make_trajectory(f"t{i}", "g", i < successes, ["a"]) for i in range(size)]
