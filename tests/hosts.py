@@ -19,5 +19,6 @@ def require_host(module: str) -> ModuleType:
     except ImportError as exc:
         if os.environ.get("PROVER_REQUIRE_HOSTS") == "1":
             raise
-        pytest.skip(f"{module} is not installed ({exc}); PROVER_REQUIRE_HOSTS=1 makes this an error",
-                    allow_module_level=True)
+        pytest.skip(
+            f"{module} is not installed ({exc}); PROVER_REQUIRE_HOSTS=1 makes this an error", allow_module_level=True
+        )
