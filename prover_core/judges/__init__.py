@@ -1,7 +1,29 @@
-"""Judges that nominate a segment (stage 2). ``RandomJudge`` is the paper's ablation;
-``DivergenceJudge`` is a rule that needs no model."""
+"""Judges that nominate a segment (stage 2).
+
+``RandomJudge`` is the paper's ablation; ``DivergenceJudge`` is a rule that needs no model;
+``LLMJudge`` speaks the OpenAI chat-completions protocol (docs/judges.md; imported on first use,
+so that code without an LLM judge does not pay for httpx and tenacity at import time).
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from prover_core.judges.divergence import DivergenceJudge
 from prover_core.judges.random_segment import RandomJudge
 
-__all__ = ["DivergenceJudge", "RandomJudge"]
+if TYPE_CHECKING:
+    from prover_core.judges.llm import LLMJudge
+    from prover_core.judges.llm_config import LLMJudgeConfig
+
+__all__ = ["DivergenceJudge", "LLMJudge", "LLMJudgeConfig", "RandomJudge"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LLMJudge":
+        from prover_core.judges.llm import LLMJudge
+
+        return LLMJudge
+    if name == "LLMJudgeConfig":
+        from prover_core.judges.llm_config import LLMJudgeConfig
+
+        return LLMJudgeConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,7 +52,7 @@ class LLMJudgeConfig(BaseModel):
     # Prompt size (see :mod:`prover_core.judges.llm_prompt` for the truncation rule).
     max_field_chars: int = Field(1500, ge=40)
     """An observation or action longer than this keeps its head and tail around a ``[... N chars cut ...]`` mark."""
-    max_trajectory_chars: int = Field(24000, ge=200)
+    max_trajectory_chars: int = Field(24000, ge=100)
     """Budget of the successful trajectory's block in the prompt."""
     max_failures_shown: int = Field(8, ge=1)
     preview_head_turns: int = Field(2, ge=0)

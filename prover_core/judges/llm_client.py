@@ -1,0 +1,351 @@
+"""The chat-completions client: httpx (sync and async) with tenacity retries, accounting and a cache.
+
+Retry policy, per request: up to ``max_attempts`` attempts on status 408, 409, 429 and 5xx, on
+connection errors and on timeouts. Between attempts it sleeps the server's ``Retry-After`` (capped at
+``max_retry_after_s``) when given, else ``min(backoff_max_s, backoff_initial_s * 2**(n-1)) +
+uniform(0, backoff_jitter_s)`` after the ``n``-th failed attempt. Any other 4xx, a 2xx body that is
+not a chat completion (HTML, truncated JSON), an exhausted budget or an open circuit raise
+:class:`~prover_core.errors.JudgeError` at once. The API key is sent as a bearer token and is
+scrubbed from every error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception_type
+
+from prover_core.errors import JudgeError
+from prover_core.judges.llm_cache import ResponseCache, request_key
+from prover_core.judges.llm_config import LLMJudgeConfig
+from prover_core.judges.llm_stats import JudgeStats
+
+log = logging.getLogger("prover_core.judges.llm")
+
+RETRY_STATUSES = frozenset({408, 409, 429})
+T = TypeVar("T")
+
+_LAX = ConfigDict(extra="ignore")
+
+
+class ToolFunction(BaseModel):
+    model_config = _LAX
+    name: str
+    arguments: str = ""
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _as_json_text(cls, value: Any) -> Any:
+        return json.dumps(value) if isinstance(value, dict) else ("" if value is None else value)
+
+
+class ToolCall(BaseModel):
+    model_config = _LAX
+    id: str | None = None
+    function: ToolFunction
+
+
+class ChatMessage(BaseModel):
+    model_config = _LAX
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class Choice(BaseModel):
+    model_config = _LAX
+    message: ChatMessage
+    finish_reason: str | None = None
+
+
+class Usage(BaseModel):
+    model_config = _LAX
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatResponse(BaseModel):
+    """The parts of an OpenAI chat completion the judge reads."""
+
+    model_config = _LAX
+    choices: list[Choice] = Field(min_length=1)
+    usage: Usage | None = None
+
+
+class _Retryable(Exception):
+    """A failed attempt worth another: a retryable status, a timeout or a connection error."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delay seconds or an HTTP date); ``None`` if absent/bad."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    return max(0.0, seconds) if seconds == seconds else None
+
+
+@dataclass
+class _LoopPool:
+    client: httpx.AsyncClient
+    limit: asyncio.Semaphore
+    users: int = 0
+
+
+class ChatClient:
+    """Sends chat-completion requests; one sync client and one async client per event loop, each pooled."""
+
+    def __init__(self, config: LLMJudgeConfig, stats: JudgeStats) -> None:
+        self.config = config
+        self.stats = stats
+        self._key: SecretStr | None = config.api_key()
+        self._sync: httpx.Client | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
+        self.cache = ResponseCache(config.cache_dir) if config.cache_dir is not None else None
+
+    # -- connection handling ---------------------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext | bool:
+        """Built once per judge (loading CA certificates takes ~50 ms), not once per step's client."""
+        if not self.config.base_url.startswith("https://"):
+            return False  # plain http: no TLS, and redirects are not followed
+        make = getattr(httpx, "create_ssl_context", None)  # httpx >= 0.28
+        if make is None:
+            return True
+        if self._ssl is None:
+            self._ssl = make()
+        return self._ssl
+
+    def _client_args(self) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json", **self.config.extra_headers}
+        if self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
+        n = self.config.max_concurrency
+        return dict(
+            headers=headers,
+            verify=self._ssl_context(),
+            timeout=httpx.Timeout(self.config.timeout_s, connect=self.config.connect_timeout_s),
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+        )
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """Hold this loop's pooled async client; it is closed when its last user leaves."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            pool = _LoopPool(httpx.AsyncClient(**self._client_args()), asyncio.Semaphore(self.config.max_concurrency))
+            self._pools[loop] = pool
+        pool.users += 1
+        try:
+            yield
+        finally:
+            pool.users -= 1
+            if pool.users == 0:
+                del self._pools[loop]
+                await pool.client.aclose()
+
+    def close(self) -> None:
+        """Close the sync client (async clients close themselves when idle)."""
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    # -- errors ----------------------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key replaced by ``***``."""
+        if self._key is not None:
+            secret = self._key.get_secret_value()
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def _body_excerpt(self, response: httpx.Response) -> str:
+        return self.redact(response.text[:200].replace("\n", " "))
+
+    def _read(self, response: httpx.Response, latency: float, key: str) -> ChatResponse:
+        """A chat response from an HTTP response, or the exception that says why not."""
+        status = response.status_code
+        if status in RETRY_STATUSES or status >= 500:
+            raise _Retryable(
+                f"status {status}: {self._body_excerpt(response)}",
+                parse_retry_after(response.headers.get("Retry-After")),
+            )
+        if status >= 400:
+            raise JudgeError(f"chat server {self.config.endpoint} answered {status}: {self._body_excerpt(response)}")
+        kind = response.headers.get("content-type", "?")
+        try:
+            body = response.json()
+        except ValueError:
+            raise JudgeError(
+                f"chat server {self.config.endpoint} returned a body that is not JSON ({kind}): "
+                f"{self._body_excerpt(response)}"
+            ) from None
+        try:
+            parsed = ChatResponse.model_validate(body)
+        except ValidationError as exc:
+            raise JudgeError(
+                f"chat server {self.config.endpoint} returned JSON that is not a chat completion "
+                f"({exc.error_count()} schema errors): {self._body_excerpt(response)}"
+            ) from None
+        usage = parsed.usage
+        self.stats.response(latency, usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None)
+        if self.cache is not None and isinstance(body, dict):
+            self.cache.put(key, body)
+        return parsed
+
+    # -- retry policy ----------------------------------------------------------------------------
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            wait = min(exc.retry_after, self.config.max_retry_after_s)
+        else:
+            n = state.attempt_number
+            backoff = min(self.config.backoff_max_s, self.config.backoff_initial_s * 2 ** (n - 1))
+            wait = backoff + random.uniform(0.0, self.config.backoff_jitter_s)
+        return wait
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        """Count a retry that is about to happen (tenacity computes the wait also for the last attempt)."""
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        self.stats.add(retries=1, retry_wait_s=wait)
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.warning("judge request failed (%s); retry %d in %.2fs", exc, state.attempt_number, wait)
+
+    def _stop(self, state: RetryCallState) -> bool:
+        return state.attempt_number >= self.config.max_attempts or self.stats.circuit_open
+
+    def _retry_kwargs(self) -> dict[str, Any]:
+        return dict(
+            stop=self._stop,
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+
+    def _exhausted(self, exc: _Retryable, attempts: int) -> JudgeError:
+        circuit = "; circuit open: no more judge calls this step" if self.stats.circuit_open else ""
+        return JudgeError(
+            f"chat server {self.config.endpoint} failed after {attempts} attempt(s){circuit}: {self.redact(str(exc))}"
+        )
+
+    def _transport(self, exc: httpx.HTTPError) -> Exception:
+        """A timeout or connection error is worth a retry; any other httpx error (bad URL, decoding) is not."""
+        self.stats.failure()
+        detail = f"{type(exc).__name__}: {self.redact(str(exc))}"
+        if isinstance(exc, httpx.TimeoutException):
+            return _Retryable(f"timed out ({detail})")
+        if isinstance(exc, httpx.TransportError):
+            return _Retryable(f"connection error ({detail})")
+        return JudgeError(f"request to chat server {self.config.endpoint} failed: {detail}")
+
+    def _lookup(self, key: str) -> ChatResponse | None:
+        if self.cache is None:
+            return None
+        body = self.cache.get(key)
+        if body is None:
+            return None
+        try:
+            parsed = ChatResponse.model_validate(body)
+        except ValidationError:
+            return None
+        self.stats.add(cache_hits=1)
+        return parsed
+
+    def _failed(self, call: Callable[[], T]) -> T:
+        """Run ``call``; count a :class:`JudgeError` or :class:`_Retryable` as a failed request."""
+        try:
+            return call()
+        except (JudgeError, _Retryable):
+            self.stats.failure()
+            raise
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    async def achat(self, payload: dict[str, Any]) -> ChatResponse:
+        """POST ``payload`` (async, inside :meth:`session`), with retries; raises :class:`JudgeError`."""
+        key = request_key(payload)
+        cached = self._lookup(key)
+        if cached is not None:
+            return cached
+        async with self.session():
+            return await self._achat(payload, key, self._pools[asyncio.get_running_loop()])
+
+    async def _achat(self, payload: dict[str, Any], key: str, pool: _LoopPool) -> ChatResponse:
+        async def attempt() -> ChatResponse:
+            self.stats.admit()
+            async with pool.limit:
+                start = time.perf_counter()
+                try:
+                    response = await pool.client.post(self.config.endpoint, json=payload)
+                except httpx.HTTPError as exc:
+                    raise self._transport(exc) from None
+            return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
+
+        attempts = 0
+        try:
+            async for trial in AsyncRetrying(**self._retry_kwargs()):
+                with trial:
+                    attempts = trial.retry_state.attempt_number
+                    return await attempt()
+        except _Retryable as exc:
+            raise self._exhausted(exc, attempts) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def chat(self, payload: dict[str, Any]) -> ChatResponse:
+        """POST ``payload`` (blocking), with retries; raises :class:`JudgeError`."""
+        key = request_key(payload)
+        cached = self._lookup(key)
+        if cached is not None:
+            return cached
+        if self._sync is None:
+            self._sync = httpx.Client(**self._client_args())
+        client = self._sync
+
+        def attempt() -> ChatResponse:
+            self.stats.admit()
+            start = time.perf_counter()
+            try:
+                response = client.post(self.config.endpoint, json=payload)
+            except httpx.HTTPError as exc:
+                raise self._transport(exc) from None
+            return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
+
+        attempts = 0
+        try:
+            for trial in Retrying(**self._retry_kwargs()):
+                with trial:
+                    attempts = trial.retry_state.attempt_number
+                    return attempt()
+        except _Retryable as exc:
+            raise self._exhausted(exc, attempts) from None
+        raise AssertionError("unreachable")  # pragma: no cover
