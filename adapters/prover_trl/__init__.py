@@ -1,1 +1,49 @@
-"""ProVer adapter for trl (imports trl lazily)."""
+"""ProVer credit for TRL's ``GRPOTrainer``.
+
+``ProverGRPOTrainer`` (with ``ProverSetup``) is imported lazily, so ``import prover_trl`` imports
+neither trl nor torch; the helpers for spans, batches, rollouts and the default policy are light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from prover_trl.batch import PROVER_KEYS, RESET_KEY, SPANS_KEY, SUCCESS_KEY, TURNS_KEY, Row, build_trajectory, owners
+from prover_trl.errors import ProverTRLError
+from prover_trl.policy import TrainerPolicy
+from prover_trl.rollout import make_rollout_func, member_reset, success_reward
+from prover_trl.spans import check_spans, mask_runs
+
+if TYPE_CHECKING:
+    from prover_trl.trainer import ProverGRPOTrainer, ProverSetup
+
+_LAZY = {"ProverGRPOTrainer", "ProverSetup"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from prover_trl import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module 'prover_trl' has no attribute {name!r}")
+
+
+__all__ = [
+    "PROVER_KEYS",
+    "RESET_KEY",
+    "SPANS_KEY",
+    "SUCCESS_KEY",
+    "TURNS_KEY",
+    "ProverGRPOTrainer",
+    "ProverSetup",
+    "ProverTRLError",
+    "Row",
+    "TrainerPolicy",
+    "build_trajectory",
+    "check_spans",
+    "make_rollout_func",
+    "mask_runs",
+    "member_reset",
+    "owners",
+    "success_reward",
+]

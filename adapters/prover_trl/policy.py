@@ -1,0 +1,138 @@
+"""The default continuation policy: the trainer's own generation (same model, current weights).
+
+A continuation from state ``s_b`` of a recorded trajectory sees exactly the tokens the agent saw
+before acting at turn ``b``: ``prompt_ids + completion_ids[:start_b]`` (``start_b`` = first token of
+turn ``b``'s action span). Each new turn then appends the generated action tokens and
+``render_observation(next_observation)``, which must be the formatting the rollout used.
+Generation goes through ``trainer._generate_single_turn`` (transformers, continuous batching or
+vLLM, whichever the trainer uses). torch is only imported when a continuation runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from prover_core import PolicyContext, Trajectory
+from prover_trl.errors import ProverTRLError
+
+TokenIds = list[int]
+
+
+def generate(trainer: Any, contexts: Sequence[Sequence[int]], max_new_tokens: int | None = None) -> list[TokenIds]:
+    """One sampled continuation of each token context with the trainer's generation backend."""
+    out = trainer._generate_single_turn([list(c) for c in contexts], None, {}, num_generations=1)[0]
+    ids = [list(map(int, o)) for o in out]
+    return ids if max_new_tokens is None else [o[:max_new_tokens] for o in ids]
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Inside: torch's RNG seeded with ``seed``; on exit the previous RNG state is back (CPU and current CUDA)."""
+    import torch
+
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
+        torch.manual_seed(seed)
+        yield
+
+
+def _mix(*parts: object) -> int:
+    """A stable 31-bit seed from ``parts`` (crc32 of their text)."""
+    return zlib.crc32(",".join(map(str, parts)).encode()) & 0x7FFFFFFF
+
+
+class TrainerPolicy:
+    """:class:`~prover_core.Policy` that acts with the trainer's current model.
+
+    ``render_observation(obs) -> token ids`` and ``parse_action(token ids) -> action`` must match the
+    rollout (defaults: ``tokenizer.encode(str(obs))`` without special tokens, and the decoded text
+    stripped). With ``batched=True`` the concurrent continuations' turns are generated in one batch
+    (seeded from their seeds as a set); ``batched=False`` generates each turn alone, seeded by its
+    continuation seed, so paired pre/post continuations share random numbers exactly.
+    """
+
+    def __init__(
+        self,
+        trainer: Any,
+        *,
+        render_observation: Callable[[Any], Sequence[int]] | None = None,
+        parse_action: Callable[[Sequence[int]], Any] | None = None,
+        max_action_tokens: int | None = None,
+        batched: bool = True,
+    ) -> None:
+        tokenizer = trainer.processing_class
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        self.trainer = trainer
+        self.render_observation = render_observation or (
+            lambda obs: tokenizer.encode(str(obs), add_special_tokens=False)
+        )
+        self.parse_action = parse_action or (lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True).strip())
+        self.max_action_tokens = max_action_tokens
+        self.batched = batched
+        self.sequences: dict[str, tuple[TokenIds, TokenIds]] = {}
+        """``trajectory id -> (prompt_ids, completion_ids)``, filled by the trainer for its own rows."""
+        self.generated_tokens = 0
+        self._state: dict[tuple[str, int, int], TokenIds] = {}
+        self._pending: list[tuple[TokenIds, int, asyncio.Future[TokenIds]]] = []
+
+    def clear(self) -> None:
+        """Forget the recorded sequences and continuation states (called by the trainer every step)."""
+        self.sequences.clear()
+        self._state.clear()
+
+    def context_ids(self, context: PolicyContext) -> tuple[tuple[str, int, int], TokenIds]:
+        """The continuation's key and the exact token context before its next action."""
+        trajectory: Trajectory | None = context.trajectory
+        if trajectory is None:
+            raise ProverTRLError("TrainerPolicy only continues recorded trajectories (context.trajectory is None)")
+        if trajectory.id not in self.sequences:
+            raise ProverTRLError(f"no recorded tokens for trajectory {trajectory.id!r} on this process")
+        prompt, completion = self.sequences[trajectory.id]
+        history = context.history
+        b = next((k for k, turn in enumerate(history) if turn.token_span is None), len(history))
+        span = trajectory.turns[b].token_span
+        if span is None:
+            raise ProverTRLError(f"turn {b} of trajectory {trajectory.id!r} has no token span")
+        key = (trajectory.id, b, context.seed)
+        if len(history) == b:  # first action of this continuation
+            self._state[key] = []
+        else:
+            self._state[key] = self._state[key] + list(self.render_observation(context.observation))
+        return key, prompt + completion[: span[0]] + self._state[key]
+
+    async def act(self, context: PolicyContext) -> Any:
+        key, ids = self.context_ids(context)
+        step = len(context.history) - key[1]  # the j-th new action of paired pre/post continuations: same seed
+        if self.batched:
+            action = await self._batched(ids, _mix(context.seed, step))
+        else:
+            with seeded(_mix(context.seed, step)):
+                action = generate(self.trainer, [ids], self.max_action_tokens)[0]
+            self.generated_tokens += len(action)
+        self._state[key] = self._state[key] + action
+        return self.parse_action(action)
+
+    async def _batched(self, ids: TokenIds, seed: int) -> TokenIds:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[TokenIds] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((ids, seed, future))
+        return await future
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        try:
+            with seeded(_mix(*sorted(seed for _, seed, _ in pending))):
+                actions = generate(self.trainer, [ids for ids, _, _ in pending], self.max_action_tokens)
+        except Exception as exc:
+            for _, _, future in pending:
+                future.set_exception(exc)
+            return
+        for (_, _, future), action in zip(pending, actions, strict=True):
+            self.generated_tokens += len(action)
+            future.set_result(action)

@@ -1,0 +1,107 @@
+"""A GRPO group split across two CPU processes (gloo): it is gathered, credited once, by the process
+holding its successful run, and every process logs the same merged figures.
+
+The test launches this file with ``torch.distributed.run --nproc_per_node 2``; each rank trains two
+steps (2 rows per process, groups of 4, so every group spans both processes) and writes what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.hosts import require_host
+
+if __name__ != "__main__":
+    require_host("trl")
+
+
+def _worker(out_dir: str) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from prover_core import ProverConfig, ReplayEnv
+    from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward
+    from prover_trl.toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer
+
+    seen: list[dict[str, Any]] = []
+
+    class Recording(ProverGRPOTrainer):
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            seen.append(
+                {
+                    "rows": inputs["prover_row"].tolist(),
+                    "bonus": inputs["prover_bonus"].tolist(),
+                    "adv_minus_bonus": (inputs["advantages"] - inputs["prover_bonus"]).tolist(),
+                    "accepted": [g.trajectory_id for g in self.prover_last_report.groups if g.status == "accepted"],
+                    "owned": self.prover_last_result is not None,
+                }
+            )
+            return super()._compute_loss(model, inputs)
+
+    tokenizer = word_tokenizer()
+    args = GRPOConfig(
+        output_dir=out_dir,
+        per_device_train_batch_size=2,
+        num_generations=4,
+        max_steps=2,
+        max_completion_length=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Recording(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        reward_funcs=success_reward,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+        processing_class=tokenizer,
+        rollout_func=make_rollout_func(LuckyDoor, max_turns=5),
+        prover=ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=2)),
+    )
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    logs = [
+        {k: v for k, v in log.items() if k.startswith("prover/")}
+        for log in trainer.state.log_history
+        if "prover/groups" in log
+    ]
+    summary = {"rank": rank, "world": trainer.accelerator.num_processes, "steps": seen, "logs": logs}
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(summary))
+    torch.distributed.barrier()
+
+
+def test_group_split_across_two_processes_is_gathered_and_credited_once(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    proc = subprocess.run([*cmd, __file__, str(tmp_path)], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    for step in range(2):
+        zero, one = ranks[0]["steps"][step], ranks[1]["steps"][step]
+        assert sorted(zero["rows"] + one["rows"]) == [0, 1, 2, 3]  # one group of 4, two rows on each process
+        assert zero["owned"] and not one["owned"]  # member 0 (row 0, process 0) succeeds: process 0 verifies
+        (accepted,) = zero["accepted"]
+        assert accepted == one["accepted"][0] and accepted.endswith(":0")  # merged report on both processes
+        for rank in (zero, one):
+            for row, bonus in zip(rank["rows"], rank["bonus"], strict=True):
+                assert (sum(bonus) > 0) == (row == 0)  # the bonus lands only on the successful row
+                assert set(bonus) <= {0.0, 1.0}
+    assert ranks[0]["logs"] == ranks[1]["logs"]
+    assert [log["prover/groups_accepted"] for log in ranks[0]["logs"]] == [1.0, 1.0]
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])

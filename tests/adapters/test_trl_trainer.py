@@ -1,0 +1,239 @@
+"""ProverGRPOTrainer end to end on CPU: a tiny random Llama, a word-level tokenizer built from local
+text, the three-turn LuckyDoor environment, TRL's real GRPOTrainer loop.
+
+LuckyDoor makes the verification outcome certain (see ``prover_trl.toy.LuckyDoor``): in every group
+of 4 exactly member 0 succeeds, and for segment (1, 1) of its run every continuation of the real
+policy from before turn 1 fails and every one from after it succeeds, so ``Delta = 1``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hosts import require_host
+
+trl = require_host("trl")
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+from prover_core import ProverConfig, ReplayEnv  # noqa: E402
+from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward  # noqa: E402
+from prover_trl.toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # noqa: E402
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+G = 4
+K = 2
+
+
+def _args(tmp_path: Path) -> Any:
+    return trl.GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=G,
+        num_generations=G,
+        max_steps=2,
+        max_completion_length=3,  # at most 3 tokens per action
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+
+
+def _recording(base: type) -> type:
+    """``base`` recording the inputs that reach ``_compute_loss`` (and, in ProVer, the generation calls)."""
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.loss_inputs: list[dict[str, Any]] = []
+            self.results: list[Any] = []
+            self.continuation_contexts: list[list[list[int]]] = []
+            self.rollout_sequences: list[dict[str, tuple[list[int], list[int]]]] = []
+            self._in_prover = False
+
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            self.loss_inputs.append({k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
+            return super()._compute_loss(model, inputs)
+
+        def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._in_prover:
+                self.continuation_contexts.append([list(p) for p in prompt_ids])
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+        def _prover_bonus(self, output: dict[str, Any], resets: Any) -> Any:
+            prompt_ids, completion_ids = self._prover_generated[0], self._prover_generated[1]
+            self.rollout_sequences.append(
+                {str(i): (list(p), list(c)) for i, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True))}
+            )
+            self._in_prover = True
+            try:
+                return super()._prover_bonus(output, resets)
+            finally:
+                self._in_prover = False
+                self.results.append(self.prover_last_result)
+
+    return Recording
+
+
+def _train(tmp_path: Path, trainer_class: type, **kwargs: Any) -> Any:
+    tokenizer = word_tokenizer()
+    trainer = _recording(trainer_class)(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        reward_funcs=success_reward,
+        args=_args(tmp_path),
+        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+        processing_class=tokenizer,
+        rollout_func=make_rollout_func(LuckyDoor, max_turns=5),
+        **kwargs,
+    )
+    trainer.train()
+    return trainer
+
+
+def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Path) -> None:
+    prover = ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K))
+    trainer = _train(tmp_path, ProverGRPOTrainer, prover=prover)
+
+    assert trainer.state.global_step == 2  # two optimizer steps
+    assert len(trainer.results) == 2 and len(trainer.loss_inputs) == 2  # one generation per step
+    assert len(trainer.continuation_contexts) == 4
+    for step, (result, inputs) in enumerate(zip(trainer.results, trainer.loss_inputs, strict=True)):
+        # Verification with the trainer's own generation from the restored states: Delta = 2/2 - 0/2.
+        (record,) = result.report.groups
+        assert record.status == "accepted" and record.proposal.segment.start == record.proposal.segment.end == 1
+        v = record.verification
+        assert (v.pre_successes, v.pre_count, v.post_successes, v.post_count) == (0, K, K, K)
+        lucky = result.trajectories[record.trajectory_id]
+        assert lucky.reset == {"prompt": "enter", "member": 0} and lucky.success
+
+        # The bonus reaches _compute_loss as a (B, T) advantage (rows were shuffled: prover_row says which).
+        advantages, completion_ids = inputs["advantages"], inputs["completion_ids"]
+        assert advantages.dim() == 2 and advantages.shape == completion_ids.shape
+        trainable = inputs["completion_mask"] * inputs["tool_mask"]
+        length = advantages.shape[1]
+        expected = torch.zeros_like(advantages)
+        _, lucky_row = lucky.id.split(":")
+        for b, row in enumerate(inputs["prover_row"].tolist()):
+            if row == int(lucky_row):
+                start, end = lucky.turns[1].token_span
+                expected[b, start:end] = 1.0  # lam * Delta = 1 on turn 1's action tokens
+                # Independently of the adapter: the spans are exactly the trainable runs, and turn 1's span
+                # holds the tokens of the action the rollout sent to the environment.
+                runs = torch.zeros(length, dtype=torch.long)
+                for turn in lucky.turns:
+                    runs[turn.token_span[0] : turn.token_span[1]] = 1
+                assert torch.equal(runs, trainable[b].long())
+                text = trainer.processing_class.decode(completion_ids[b, start:end], skip_special_tokens=True)
+                assert text.strip() == lucky.turns[1].action
+        assert expected.sum() >= 1
+        assert torch.equal(inputs["prover_bonus"], expected)
+        assert torch.equal((expected != 0), (expected != 0) & (trainable == 1))  # only trainable tokens
+        # Everything else keeps the stock GRPO advantage of its row (constant along the row).
+        base = advantages[:, :1].expand(-1, length)  # column 0 is turn 0 of every row, never in the segment
+        assert torch.equal(advantages, base + expected)
+        stock = torch.tensor([1.0, 0.0, 0.0, 0.0])  # member 0 succeeds; TRL: (r - mean) / (std + 1e-4)
+        stock = (stock - stock.mean()) / (stock.std() + 1e-4)
+        rows = inputs["prover_row"].tolist()
+        assert torch.allclose(advantages[:, 0], stock[rows])
+
+        # The continuations saw exactly the recorded agent context: prompt + completion before turn l / r + 1.
+        prompt, completion = trainer.rollout_sequences[step][lucky_row]
+        pre = prompt + completion[: lucky.turns[1].token_span[0]]  # s_1: before turn 1's action
+        post = prompt + completion[: lucky.turns[2].token_span[0]]  # s_2: after turn 1, before turn 2's action
+        first_turn = trainer.continuation_contexts[2 * step]  # pre: 2 turns, post: 1 turn -> 2 batches per step
+        assert sorted(map(tuple, first_turn)) == sorted([tuple(pre)] * K + [tuple(post)] * K)
+        assert len(trainer.continuation_contexts[2 * step + 1]) == K  # only the pre continuations act again
+    logged = [log for log in trainer.state.log_history if "prover/groups_accepted" in log]
+    assert [log["prover/groups_accepted"] for log in logged] == [1.0, 1.0]
+    assert all(log["prover/bonus_tokens"] >= 1 and log["prover/continuation_tokens"] > 0 for log in logged)
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _train(tmp_path_factory.mktemp("stock"), trl.GRPOTrainer)
+
+
+@pytest.mark.parametrize("mode", ["disabled", "lam0"])
+def test_without_bonus_the_advantages_equal_stock_grpo(tmp_path: Path, stock: Any, mode: str) -> None:
+    config = ProverConfig(k=K, lam=0.0)
+    prover = ProverSetup(
+        judge=FixedJudge(1, 1),
+        env=ReplayEnv(LuckyDoor),
+        config=config,
+        enabled=mode == "lam0",
+        policy_options={"batched": False},  # one seeded generation per continuation turn
+    )
+    ours = _train(tmp_path / "prover", ProverGRPOTrainer, prover=prover)
+    assert len(stock.loss_inputs) == len(ours.loss_inputs) == 2
+    for a, b in zip(stock.loss_inputs, ours.loss_inputs, strict=True):
+        assert torch.equal(a["completion_ids"], b["completion_ids"])  # same rollouts: the RNG stream is untouched
+        if mode == "disabled":
+            assert torch.equal(a["advantages"], b["advantages"])
+        else:  # full ProVer path (continuations ran, were accepted) with lam = 0: a zero bonus
+            assert b["advantages"].dim() == 2
+            assert torch.equal(a["advantages"].unsqueeze(1).expand_as(b["advantages"]), b["advantages"])
+            assert not b["prover_bonus"].any()
+    if mode == "lam0":
+        assert all(r.report.count("accepted") == 1 for r in ours.results)
+        # Unbatched: one generation call per continuation turn (per step: K pre x 2 turns + K post x 1 turn).
+        assert [len(c) for c in ours.continuation_contexts] == [1] * (2 * 3 * K)
+
+
+def test_spans_from_env_mask_and_continue_from_hook(tmp_path: Path) -> None:
+    """No ``prover_*`` extras: turns are the runs of ``env_mask``, observations/actions decoded text."""
+    full = make_rollout_func(LuckyDoor, max_turns=5)
+
+    def bare_rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        out = full(prompts, trainer)
+        return {k: out[k] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "prover_success")}
+
+    calls: list[tuple[int, int]] = []
+
+    def continue_from(trajectory: Any, turn: int, seed: int) -> bool:
+        calls.append((turn, seed))
+        return turn >= 2  # a certain Delta = 1 for segment (1, 1)
+
+    tokenizer = word_tokenizer()
+    trainer = _recording(ProverGRPOTrainer)(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        reward_funcs=success_reward,
+        args=_args(tmp_path),
+        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+        processing_class=tokenizer,
+        rollout_func=bare_rollout,
+        prover=ProverSetup(judge=FixedJudge(1, 1), continue_from=continue_from, config=ProverConfig(k=K)),
+    )
+    trainer.train()
+    assert len(calls) == 2 * 2 * K
+    for result, inputs in zip(trainer.results, trainer.loss_inputs, strict=True):
+        (record,) = result.report.groups
+        lucky = result.trajectories[record.trajectory_id]
+        assert record.status == "accepted" and lucky.reset == {}
+        assert [t.observation for t in lucky.turns] == ["enter hall", "door", "open"]
+        bonus = inputs["prover_bonus"]
+        (b,) = [i for i, r in enumerate(inputs["prover_row"].tolist()) if r == int(lucky.id.split(":")[1])]
+        start, end = lucky.turns[1].token_span
+        assert bonus[b, start:end].eq(1.0).all() and bonus.sum() == end - start
+
+
+def test_env_or_continue_from_is_required(tmp_path: Path) -> None:
+    tokenizer = word_tokenizer()
+    with pytest.raises(ValueError, match="needs env"):
+        ProverGRPOTrainer(
+            model=tiny_causal_lm(tokenizer),
+            reward_funcs=success_reward,
+            args=_args(tmp_path),
+            train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+            processing_class=tokenizer,
+            rollout_func=make_rollout_func(LuckyDoor, max_turns=5),
+            prover=ProverSetup(),
+        )
