@@ -1,1 +1,44 @@
-"""ProVer adapter for verl (imports verl lazily)."""
+"""ProVer adapter for verl: ``algorithm.adv_estimator=prover`` (imports verl and torch lazily).
+
+Importing this package imports neither torch nor verl. :func:`register` (or the ``verl.plugins``
+entry point :mod:`prover_verl.plugin`) registers the estimator in verl's registry; the batch's
+trajectories, judge and environment/policy reach it through :func:`set_prover_step` /
+:func:`prover_step`. See docs/adapters/verl.md.
+"""
+
+from prover_verl.envs import EnvManagerEnv
+from prover_verl.errors import HookMissingError, RowAlignmentError, TurnAlignmentError
+from prover_verl.hook import (
+    ProverStep,
+    RowTurns,
+    clear_prover_step,
+    last_prover_step,
+    prover_step,
+    rows_from_batch,
+    set_prover_step,
+    take_prover_step,
+    trajectories_from_batch,
+)
+from prover_verl.names import ESTIMATOR_NAME
+from prover_verl.registry import register
+from prover_verl.rows import bonus_matrix, turn_runs
+
+__all__ = [
+    "ESTIMATOR_NAME",
+    "EnvManagerEnv",
+    "HookMissingError",
+    "ProverStep",
+    "RowAlignmentError",
+    "RowTurns",
+    "TurnAlignmentError",
+    "bonus_matrix",
+    "clear_prover_step",
+    "last_prover_step",
+    "prover_step",
+    "register",
+    "rows_from_batch",
+    "set_prover_step",
+    "take_prover_step",
+    "trajectories_from_batch",
+    "turn_runs",
+]
