@@ -1,0 +1,53 @@
+"""The TextWorld example end to end: accepted segments land on key commands more than random segments."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from tests.envs.conftest import GAME_SETTINGS
+from tests.hosts import require_host
+
+require_host("textworld")
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "textworld_credit.py"
+
+
+def load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("textworld_credit_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_accepted_segments_hold_key_commands_more_often_than_random_segments(textworld_cache: Path) -> None:
+    """One game (the session's game 3), 6 groups of 8, K = 8, the rule judge; see docs/environments.md for
+    the per-game figures (on 2 of 6 games the rule judge's accepted segments do no better than random)."""
+    example = load_example()
+    summary, batch = example.run(
+        games=1,
+        first_game_seed=3,
+        groups=6,
+        k=8,
+        judges=["divergence"],
+        cache_dir=str(textworld_cache),
+        game_settings=GAME_SETTINGS,
+    )
+    assert len(batch) == 48
+    wins = sum(t.success for t in batch)
+    assert 0 < wins < 48  # the follower's groups are mixed
+    accepted = summary.of("divergence", "accepted")
+    assert len(summary.random_share) >= 3 and len(accepted) >= 2
+    assert all(r.delta > 0 for r in accepted)
+    assert not math.isnan(summary.random_key_share)
+    assert summary.key_share("divergence", "accepted") > summary.random_key_share
+    assert summary.key_rate("divergence", "accepted") > summary.random_key_rate
+    text = example.report(summary, batch)
+    game = summary.games[3]
+    assert game.scoring and all(c in text for c in game.walkthrough)
+    assert "uniformly random admissible segments" in text
