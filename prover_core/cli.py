@@ -18,16 +18,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--judge", choices=("divergence", "random"), default="divergence")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
+    demo.add_argument("--judge-url", help="use the LLM judge at this OpenAI-compatible base URL (e.g. .../v1)")
+    demo.add_argument("--judge-model", help="the model name the LLM judge asks for (with --judge-url)")
+    demo.add_argument("--judge-api-key-env", help="environment variable holding the API key (with --judge-url)")
+    demo.add_argument("--judge-mode", choices=("structured", "agentic"), default="structured")
+    bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")
+    bench.add_argument("--quick", action="store_true", help="a smaller run (under 2 minutes on 2 cores)")
+    bench.add_argument("--out", default="bench-out", help="folder for bench.md, results.json and plots")
+    bench.add_argument("--only", default="accuracy,training,overhead", help="comma-separated sections to run")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
         from prover_core.demo.run import render, run_demo
 
-        run = run_demo(args.groups, args.group_size, args.k, args.seed, args.judge)
+        llm = None
+        if args.judge_url:
+            if not args.judge_model:
+                parser.error("--judge-url needs --judge-model")
+            from prover_core.judges.llm import LLMJudge
+
+            llm = LLMJudge.from_url(
+                args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env, mode=args.judge_mode
+            )
+        run = run_demo(args.groups, args.group_size, args.k, args.seed, args.judge, custom_judge=llm)
         if args.json:
             print(json.dumps(run.result.report.metrics(), indent=2))
         else:
             print(render(run))
+    elif args.command == "bench":
+        from prover_core.bench.cli import bench_command
+
+        return bench_command(args.quick, args.out, args.only, args.seed, not args.no_progress)
     return 0
 
 

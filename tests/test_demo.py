@@ -39,3 +39,19 @@ def test_demo_runs_the_whole_loop_and_prints_the_table(capsys) -> None:  # type:
     assert "take key" in out and "Delta" in out and "A+bonus" in out and "accepted" in out
     assert main(["demo", "--groups", "4", "--json"]) == 0
     assert '"prover/groups": 4.0' in capsys.readouterr().out
+
+
+def test_demo_with_the_llm_judge_against_a_local_server(capsys) -> None:  # type: ignore[no-untyped-def]
+    from tests.chat_server import ChatServer, answer
+
+    def key_turn(body, index):  # type: ignore[no-untyped-def]
+        # the scripted "model" reads the rendered trajectory and names the turn that took the key
+        text = body["messages"][1]["content"]
+        before = text.split("action: take key")[0]
+        turn = int(before.rsplit("--- turn ", 1)[1].split(" ---")[0])
+        return answer(turn, turn)
+
+    with ChatServer(key_turn) as server:
+        assert main(["demo", "--groups", "6", "--judge-url", server.url, "--judge-model", "test-model"]) == 0
+    out = capsys.readouterr().out
+    assert "llm judge" in out and "take key" in out and "accepted" in out

@@ -64,10 +64,19 @@ class DemoRun:
         return [value(s, self.mdp.horizon - t) for t, s in enumerate(states)] + [float(trajectory.success)]
 
 
-def run_demo(groups: int = 16, group_size: int = 8, k: int = 8, seed: int = 0, judge: str = "divergence") -> DemoRun:
+def run_demo(
+    groups: int = 16,
+    group_size: int = 8,
+    k: int = 8,
+    seed: int = 0,
+    judge: str = "divergence",
+    custom_judge: Judge | None = None,
+) -> DemoRun:
+    """Roll out a batch of the vault, run compute_bonus on it; ``custom_judge`` replaces the named one."""
     mdp = VaultMDP()
     trajectories = rollout_batch(mdp, groups, group_size, seed)
-    chosen: Judge = DivergenceJudge() if judge == "divergence" else RandomJudge(seed)
+    chosen: Judge = custom_judge or (DivergenceJudge() if judge == "divergence" else RandomJudge(seed))
+    judge = "llm" if custom_judge is not None else judge
     result = compute_bonus(
         trajectories,
         judge=chosen,

@@ -1,0 +1,227 @@
+"""The credit each method puts on each turn of a batch, and what it spent to get it.
+
+All methods return a :class:`Credit`: ``per_turn[i, t]`` is the advantage that multiplies
+``grad log pi(a_t | o_t)`` for turn ``t`` of episode ``i``.
+
+* GRPO: ``R_i - mean_group(R)`` on every turn.
+* ProVer (:func:`prover`): ``A_GRPO + lam * Delta`` on the accepted segment, through :func:`compute_bonus`.
+* VinePPO: ``V^(s_{t+1}) - V^(s_t)`` with ``V^`` the mean of ``K`` continuations (``V^(s_T) = R``).
+* SPO-chain: cut points every ``N`` turns; every turn of segment ``[b_j, b_{j+1})`` gets
+  ``V^(s_{b_{j+1}}) - V^(s_{b_j})``.
+* GiGPO: ``A^E_i + omega * A^S_{i,t}``; ``A^S`` centres the discounted return ``gamma^{T_i-1-t} R_i`` over
+  all turns of the group that saw the same observation (the anchor state). No extra rollouts.
+
+VinePPO and SPO-chain may be restricted to some episodes (``only``); the others keep GRPO credit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prover_core.bench.batch import Batch
+from prover_core.bench.tabular import FloatArray, IntArray, Sampler
+from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus
+from prover_core.config import ProverConfig
+from prover_core.data import Outcome, Trajectory
+from prover_core.grpo import group_advantages
+from prover_core.protocols import Judge
+
+Estimator = Callable[[IntArray, IntArray], tuple[FloatArray, int, int]]
+"""``(states, turns_left) -> (estimated V per request, continuations run, policy turns spent)``."""
+
+
+@dataclass
+class Credit:
+    """One method's per-turn credit on a batch, its cost, and the turns it singled out."""
+
+    name: str
+    per_turn: FloatArray
+    continuations: int = 0
+    policy_turns: int = 0
+    focus: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Episode -> inclusive turn range the method singled out (accepted segment, or top credit)."""
+    verified: int = 0
+    accepted: int = 0
+    deltas: list[tuple[float, float]] = field(default_factory=list)
+    """``(Delta, exact V(s_post) - V(s_pre))`` of every accepted segment."""
+
+
+def mc_estimator(sampler: Sampler, k: int, rng: np.random.Generator) -> Estimator:
+    """``V^(s, h)``: the success rate of ``k`` fresh continuations from ``s`` with ``h`` turns left."""
+
+    def estimate(states: IntArray, turns_left: IntArray) -> tuple[FloatArray, int, int]:
+        if states.size == 0:
+            return np.zeros(0), 0, 0
+        ep = sampler.many(np.repeat(states, k), np.repeat(turns_left, k), rng)
+        means: FloatArray = ep.success.reshape(-1, k).mean(axis=1)
+        return means, int(states.size * k), int(ep.length.sum())
+
+    return estimate
+
+
+def exact_estimator(batch: Batch) -> Estimator:
+    """The oracle: ``V^ = V`` exactly, at no cost (for tests and as a ceiling)."""
+
+    def estimate(states: IntArray, turns_left: IntArray) -> tuple[FloatArray, int, int]:
+        return batch.values[np.clip(turns_left, 0, batch.c.horizon), states], 0, 0
+
+    return estimate
+
+
+def grpo(batch: Batch) -> Credit:
+    """``A_i = R_i - mean(R)`` of its group, on every turn."""
+    adv = np.concatenate(
+        [group_advantages(batch.reward[g * batch.group_size : (g + 1) * batch.group_size]) for g in range(batch.groups)]
+    )
+    return Credit("GRPO", np.where(batch.mask, adv[:, None], 0.0))
+
+
+def _episodes(batch: Batch, only: Iterable[int] | None) -> list[int]:
+    return list(range(batch.n)) if only is None else sorted(set(only))
+
+
+def _boundary_values(
+    batch: Batch, rows: list[int], cuts: list[list[int]], estimator: Estimator
+) -> tuple[list[FloatArray], int, int]:
+    """``V^`` at the cut points ``cuts[j]`` (turn indices ``< T``) of episode ``rows[j]``, plus ``R`` at ``T``."""
+    ep, h = batch.episodes, batch.c.horizon
+    states = np.array([ep.states[i, t] for i, ts in zip(rows, cuts, strict=True) for t in ts], dtype=np.int64)
+    left = np.array([h - t for ts in cuts for t in ts], dtype=np.int64)
+    est, runs, turns = estimator(states, left)
+    out, at = [], 0
+    for i, ts in zip(rows, cuts, strict=True):
+        out.append(np.append(est[at : at + len(ts)], batch.reward[i]))
+        at += len(ts)
+    return out, runs, turns
+
+
+def _top(credit: FloatArray, length: int, width: int = 1) -> tuple[int, int]:
+    """The segment (or turn) with the largest credit among nonterminal turns; ties to the earliest."""
+    last = max(length - 2, 0)
+    t = int(np.argmax(credit[: last + 1]))
+    start = (t // width) * width
+    return start, min(start + width - 1, last)
+
+
+def vineppo(batch: Batch, estimator: Estimator, only: Iterable[int] | None = None, name: str = "VinePPO") -> Credit:
+    """``A_t = V^(s_{t+1}) - V^(s_t)``, ``V^`` from ``estimator`` at every turn of the chosen episodes."""
+    out = grpo(batch)
+    rows = _episodes(batch, only)
+    cuts = [list(range(int(batch.episodes.length[i]))) for i in rows]
+    values, runs, turns = _boundary_values(batch, rows, cuts, estimator)
+    for i, v in zip(rows, values, strict=True):
+        out.per_turn[i, : len(v) - 1] = np.diff(v)
+    credit = Credit(name, out.per_turn, runs, turns)
+    credit.focus = _focus(batch, credit.per_turn, rows)
+    return credit
+
+
+def spo_chain(
+    batch: Batch, estimator: Estimator, every: int = 4, only: Iterable[int] | None = None, name: str = "SPO-chain"
+) -> Credit:
+    """Cut points ``0, N, 2N, ... < T``; each turn gets its segment's ``V^(end) - V^(start)``."""
+    if every < 1:
+        raise ValueError("segments need at least one turn")
+    out = grpo(batch)
+    rows = _episodes(batch, only)
+    cuts = [list(range(0, int(batch.episodes.length[i]), every)) for i in rows]
+    values, runs, turns = _boundary_values(batch, rows, cuts, estimator)
+    for i, ts, v in zip(rows, cuts, values, strict=True):
+        length = int(batch.episodes.length[i])
+        bounds = [*ts, length]
+        for j in range(len(ts)):
+            out.per_turn[i, bounds[j] : bounds[j + 1]] = v[j + 1] - v[j]
+    credit = Credit(name, out.per_turn, runs, turns)
+    credit.focus = _focus(batch, credit.per_turn, rows, every)
+    return credit
+
+
+def gigpo(batch: Batch, gamma: float = 0.95, omega: float = 1.0, normalize_std: bool = False) -> Credit:
+    """Episode advantage plus ``omega`` times the step advantage within anchor-state groups."""
+    out = grpo(batch)
+    ep, c = batch.episodes, batch.c
+    for g in range(batch.groups):
+        members = range(g * batch.group_size, (g + 1) * batch.group_size)
+        anchors: dict[int, list[tuple[int, int, float]]] = {}
+        for i in members:
+            length = int(ep.length[i])
+            for t in range(length):
+                ret = gamma ** (length - 1 - t) * batch.reward[i]
+                anchors.setdefault(int(c.obs_of[ep.states[i, t]]), []).append((i, t, ret))
+        for steps in anchors.values():
+            returns = np.array([r for *_, r in steps])
+            centred = returns - returns.mean()
+            if normalize_std and len(steps) > 1:
+                centred = centred / (returns.std(ddof=1) + 1e-6)
+            for (i, t, _), a in zip(steps, centred.tolist(), strict=True):
+                out.per_turn[i, t] += omega * a
+    credit = Credit(f"GiGPO (gamma={gamma:g})", out.per_turn)
+    credit.focus = _focus(batch, credit.per_turn, list(batch.representatives().values()))
+    return credit
+
+
+def _focus(batch: Batch, per_turn: FloatArray, rows: list[int], width: int = 1) -> dict[int, tuple[int, int]]:
+    """The top-credit turn (or segment) of each eligible group's representative success among ``rows``."""
+    chosen = set(rows)
+    return {
+        i: _top(per_turn[i], int(batch.episodes.length[i]), width)
+        for i in batch.representatives().values()
+        if i in chosen
+    }
+
+
+def run_bonus(
+    trajectories: list[Trajectory],
+    judge: Judge,
+    continue_from: Callable[[Trajectory, int, int], Outcome],
+    config: ProverConfig,
+) -> BonusResult:
+    """:func:`acompute_bonus` on a private event loop (:func:`compute_bonus` inside a running loop).
+
+    ``compute_bonus`` goes through ``asyncio.run``, which on CPython 3.11 formats the repr of the
+    whole result when it restores the SIGINT handler; a plain loop avoids that fixed cost.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(
+                acompute_bonus(trajectories, judge=judge, continue_from=continue_from, config=config)
+            )
+        finally:
+            loop.close()
+    return compute_bonus(trajectories, judge=judge, continue_from=continue_from, config=config)
+
+
+def prover(batch: Batch, judge: Judge, sampler: Sampler, config: ProverConfig, name: str = "ProVer") -> Credit:
+    """:func:`compute_bonus` on the batch; continuations restore the recorded state and run ``sampler``."""
+    trajectories = batch.trajectories()
+    index = {batch.trajectory_id(i): i for i in range(batch.n)}
+    ep, h = batch.episodes, batch.c.horizon
+
+    def continue_from(trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+        success, turns = sampler.one(int(ep.states[index[trajectory.id], turn]), h - turn, np.random.default_rng(seed))
+        return Outcome(success=success, turns=turns)
+
+    result = run_bonus(trajectories, judge, continue_from, config)
+    per_turn = np.zeros_like(batch.mask, dtype=np.float64)
+    for i in range(batch.n):
+        adv = result.turn_advantages(batch.trajectory_id(i))
+        per_turn[i, : adv.shape[0]] = adv
+    m = result.report.metrics(prefix="")
+    credit = Credit(name, per_turn, int(m["continuations"]), int(m["policy_turns"]))
+    v = batch.value_along()
+    for g in result.report.groups:
+        if g.verification is not None:
+            credit.verified += 1
+        if g.status == "accepted" and g.proposal is not None and g.verification is not None and g.trajectory_id:
+            i, seg = index[g.trajectory_id], g.proposal.segment
+            credit.accepted += 1
+            credit.focus[i] = (seg.start, seg.end)
+            credit.deltas.append((g.verification.delta, float(v[i, seg.end + 1] - v[i, seg.start])))
+    return credit
