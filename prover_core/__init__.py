@@ -11,13 +11,16 @@ from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, 
 from prover_core.errors import (
     ContinuationError,
     ContinuationLimitError,
+    ContinuationTimeoutError,
     InvalidBatchError,
     InvalidSegmentError,
     JudgeError,
     ProverError,
     ReplayMismatchError,
     RestoreError,
+    WorkerLostError,
 )
+from prover_core.executors import LocalExecutor, RayExecutor
 from prover_core.grpo import group_advantages, grpo_advantages
 from prover_core.judges import DivergenceJudge, RandomJudge
 from prover_core.protocols import ContinueFn, Episode, Judge, Policy, PolicyContext, RestorableEnv, Step
@@ -30,6 +33,7 @@ __all__ = [
     "BonusResult",
     "ContinuationError",
     "ContinuationLimitError",
+    "ContinuationTimeoutError",
     "ContinueFn",
     "Decline",
     "DivergenceJudge",
@@ -41,6 +45,7 @@ __all__ = [
     "Judge",
     "JudgeError",
     "LiveEpisode",
+    "LocalExecutor",
     "Outcome",
     "Policy",
     "PolicyContext",
@@ -48,6 +53,7 @@ __all__ = [
     "ProverConfig",
     "ProverError",
     "RandomJudge",
+    "RayExecutor",
     "ReplayEnv",
     "ReplayMismatchError",
     "Report",
@@ -60,6 +66,7 @@ __all__ = [
     "Trajectory",
     "Turn",
     "Verification",
+    "WorkerLostError",
     "acompute_bonus",
     "compute_bonus",
     "group_advantages",

@@ -30,7 +30,29 @@ class ProverConfig(BaseModel):
 
     # Verify: K continuations from each boundary.
     k: int = Field(8, ge=1)
-    acceptance: Literal["delta_positive"] = "delta_positive"
+    acceptance: Literal["delta_positive", "beta_posterior", "lower_confidence_bound"] = "delta_positive"
+    """How a fixed-K verification decides (see :mod:`prover_core.acceptance`): the paper's ``Delta > 0``,
+    ``P(p_post > p_pre) >= posterior_threshold`` under Beta(1,1) priors, or Clopper-Pearson bounds at
+    level ``lcb_alpha`` (false credit at most ``lcb_alpha``)."""
+    posterior_threshold: float = Field(0.9, gt=0.0, lt=1.0)
+    """*library*: threshold of the ``beta_posterior`` rule."""
+    lcb_alpha: float = Field(0.1, gt=0.0, lt=1.0)
+    """*library*: level of the ``lower_confidence_bound`` rule."""
+    sampling: Literal["fixed", "adaptive"] = "fixed"
+    """*library*: ``fixed`` runs K continuations per boundary (the paper); ``adaptive`` draws pairs in rounds
+    and stops by the anytime-valid test of :mod:`prover_core.sequential` (its own decision rule)."""
+    adaptive_alpha: float = Field(0.3, gt=0.0, lt=1.0)
+    """*library*: adaptive sampling credits a segment without gain with probability at most this, whatever
+    the rates and the stopping (a worst-case bound; the exact rates are far lower, see docs/verification.md)."""
+    adaptive_beta: float = Field(0.2, gt=0.0, lt=1.0)
+    """*library*: adaptive sampling stops for futility on a gain >= ``adaptive_min_effect`` at most this often."""
+    adaptive_min_effect: float = Field(0.5, gt=0.0, lt=1.0)
+    adaptive_round: int = Field(2, ge=1)
+    """*library*: continuation pairs drawn per round (each round runs 2 x this many concurrently)."""
+    adaptive_max_k: int | None = Field(None, ge=1)
+    """*library*: most continuations per boundary under adaptive sampling (default: ceil(1.5 k), 12 for k = 8)."""
+    continuation_timeout_s: float | None = Field(None, gt=0.0)
+    """*library*: wall-time limit of one continuation; one that runs longer counts as failed to finish."""
     paired_seeds: bool = True
     """*library*: continuation i from the pre and the post boundary share seed i (common random numbers)."""
     seed: int = 0
@@ -45,6 +67,13 @@ class ProverConfig(BaseModel):
     # Credit.
     lam: float = Field(1.0, ge=0.0)
     """lambda: the bonus added to each trainable token of an accepted segment is lam * Delta."""
+    negative_credit: bool = False
+    """*library* (beyond the paper): for groups with success rate in (negative_trigger_low, negative_trigger_high),
+    segment the longest failed run, verify the drop and subtract ``negative_lam * |Delta|`` on it."""
+    negative_trigger_low: float = Field(0.5, ge=0.0, le=1.0)
+    negative_trigger_high: float = Field(1.0, ge=0.0, le=1.0)
+    negative_lam: float | None = Field(None, ge=0.0)
+    """*library*: lambda of negative credit (default: ``lam``)."""
 
     # GRPO baseline.
     normalize_std: bool = False
@@ -60,6 +89,13 @@ class ProverConfig(BaseModel):
             raise ValueError(f"trigger_low ({self.trigger_low}) must be below trigger_high ({self.trigger_high})")
         if self.min_finished is not None and self.min_finished > self.k:
             raise ValueError(f"min_finished ({self.min_finished}) cannot exceed k ({self.k})")
+        if self.sampling == "adaptive" and self.acceptance != "delta_positive":
+            raise ValueError(
+                "sampling='adaptive' decides by its own anytime-valid test; leave acceptance at its default "
+                "(set adaptive_alpha instead)"
+            )
+        if not self.negative_trigger_low < self.negative_trigger_high:
+            raise ValueError("negative_trigger_low must be below negative_trigger_high")
         return self
 
     @property
@@ -69,3 +105,16 @@ class ProverConfig(BaseModel):
     @property
     def required_finished(self) -> int:
         return self.k if self.min_finished is None else self.min_finished
+
+    @property
+    def allowed_failures(self) -> int:
+        """Continuations per boundary that may fail to finish (``k - required_finished``)."""
+        return self.k - self.required_finished
+
+    @property
+    def max_adaptive_k(self) -> int:
+        return -(-3 * self.k // 2) if self.adaptive_max_k is None else self.adaptive_max_k
+
+    @property
+    def debit_lam(self) -> float:
+        return self.lam if self.negative_lam is None else self.negative_lam

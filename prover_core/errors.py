@@ -49,6 +49,14 @@ class ContinuationLimitError(ContinuationError):
     """A continuation ran past ``ProverConfig.max_continuation_turns`` without ending."""
 
 
+class ContinuationTimeoutError(ContinuationError):
+    """A continuation ran past ``ProverConfig.continuation_timeout_s`` seconds of wall time."""
+
+
+class WorkerLostError(ContinuationError):
+    """The worker process running a continuation died (or was killed after a timeout)."""
+
+
 def _short(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

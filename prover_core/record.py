@@ -6,8 +6,6 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
 from prover_core.data import Trajectory, Turn
 from prover_core.errors import ContinuationLimitError
 from prover_core.protocols import Policy, PolicyContext, policy_rng

@@ -11,6 +11,35 @@ from prover_core.data import Proposal, Verification
 
 Status = Literal["not_eligible", "declined", "skipped", "rejected", "accepted"]
 Stage = Literal["trigger", "propose", "verify", "credit"]
+Direction = Literal["gain", "drop"]
+FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "error"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "error")
+
+
+class VerifyStats(BaseModel):
+    """Cost and stopping of one verification.
+
+    ``spent`` counts continuations launched (finished or failed; a terminal post boundary, whose
+    outcome is recorded, costs nothing); ``budget`` is the most it could have launched (2 x K for
+    fixed sampling, 2 x ``adaptive_max_k`` for adaptive). ``stop`` says why sampling ended: ``fixed``,
+    ``accept``, ``futile``, ``budget``, ``curtailed`` or ``incomplete`` (too many failures).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    sampling: Literal["fixed", "adaptive"] = "fixed"
+    rule: str = "delta_positive"
+    direction: Direction = "gain"
+    budget: int = 0
+    fixed_budget: int = 0
+    """What fixed-K sampling would launch (2 x K): the yardstick of the savings."""
+    spent: int = 0
+    rounds: int = 1
+    stop: str = "fixed"
+    failures: dict[str, int] = Field(default_factory=dict)
+    """Failed continuations by kind (see ``FAILURE_KINDS``)."""
+    accept_evidence: float | None = None
+    futility_evidence: float | None = None
 
 
 class GroupRecord(BaseModel):
@@ -32,6 +61,9 @@ class GroupRecord(BaseModel):
     trajectory_id: str | None = None
     proposal: Proposal | None = None
     verification: Verification | None = None
+    direction: Direction = "gain"
+    """``gain``: the paper's positive credit on a successful run; ``drop``: negative credit on a failed run."""
+    verify_stats: VerifyStats | None = None
 
 
 class Report(BaseModel):
@@ -41,6 +73,8 @@ class Report(BaseModel):
     judge_calls: int = 0
     rollout_turns: int = 0
     """Policy turns in the batch itself (the GRPO rollout), the denominator of the extra cost."""
+    rollout_episodes: int = 0
+    """Trajectories in the batch (the GRPO rollout's episodes)."""
     judge_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the judge reports about itself (``judge.stats()``), e.g. tokens and retries."""
 
@@ -57,25 +91,45 @@ class Report(BaseModel):
         return [g.verification for g in self.groups if g.verification is not None]
 
     def metrics(self, prefix: str = "prover/") -> dict[str, float]:
-        """Flat, loggable numbers (counts, rates, cost)."""
-        ver = self.verifications
-        accepted = [g for g in self.groups if g.status == "accepted"]
-        continuations = sum(v.pre_count + v.post_count + v.failed_continuations for v in ver)
-        policy_turns = sum(v.policy_turns for v in ver)
+        """Flat, loggable numbers (counts, rates, cost).
+
+        Cost: ``continuations`` launched and ``policy_turns`` spent by verification this step;
+        ``extra_turn_share`` = policy turns / the rollout's turns (the paper reports +2.4% to +16.8%
+        extra policy tokens); ``continuation_share`` = continuations / rollout episodes;
+        ``continuations_saved_share`` = 1 - continuations / the budget fixed-K sampling would spend.
+        Failures are counted by kind (``continuations_failed/<kind>``). Group counts and
+        ``mean_delta_accepted`` cover positive credit; ``negative/*`` covers negative credit.
+        """
+        gain = [g for g in self.groups if g.direction == "gain"]
+        drop = [g for g in self.groups if g.direction == "drop"]
+        ver = [g.verification for g in gain if g.verification is not None]
+        every = self.verifications
+        accepted = [g for g in gain if g.status == "accepted"]
+        debited = [g for g in drop if g.status == "accepted"]
+        continuations = sum(_spent(g) for g in self.groups if g.verification is not None)
+        fixed_budget = sum(_fixed_budget(g) for g in self.groups if g.verification is not None)
+        policy_turns = sum(v.policy_turns for v in every)
         eligible = len(self.groups) - self.count("not_eligible")
+        failures: dict[str, int] = dict.fromkeys(FAILURE_KINDS, 0)
+        for g in self.groups:
+            if g.verify_stats is not None:
+                for kind, n in g.verify_stats.failures.items():
+                    failures[kind] = failures.get(kind, 0) + n
         out: dict[str, float] = {
             "groups": len(self.groups),
             "groups_eligible": eligible,
-            "groups_proposed": sum(g.proposal is not None for g in self.groups),
+            "groups_proposed": sum(g.proposal is not None for g in gain),
             "groups_verified": len(ver),
             "groups_accepted": len(accepted),
-            "groups_rejected": self.count("rejected"),
-            "groups_declined": self.count("declined"),
-            "groups_skipped": self.count("skipped"),
+            "groups_rejected": sum(g.status == "rejected" for g in gain),
+            "groups_declined": sum(g.status == "declined" for g in gain),
+            "groups_skipped": sum(g.status == "skipped" for g in gain),
             "acceptance_rate": len(accepted) / len(ver) if ver else 0.0,
             "judge_calls": self.judge_calls,
             "continuations": continuations,
-            "continuations_failed": sum(v.failed_continuations for v in ver),
+            "continuations_failed": sum(v.failed_continuations for v in every),
+            "continuations_saved_share": 1.0 - continuations / fixed_budget if fixed_budget else 0.0,
+            "continuation_share": continuations / self.rollout_episodes if self.rollout_episodes else 0.0,
             "policy_turns": policy_turns,
             "extra_turn_share": policy_turns / self.rollout_turns if self.rollout_turns else 0.0,
             "mean_delta_accepted": (
@@ -85,9 +139,37 @@ class Report(BaseModel):
                 sum(g.proposal.segment.num_turns for g in accepted if g.proposal) / len(accepted) if accepted else 0.0
             ),
         }
+        out.update({f"continuations_failed/{k}": float(v) for k, v in failures.items()})
+        if drop:
+            out.update(
+                {
+                    "negative/groups": len(drop),
+                    "negative/groups_verified": sum(g.verification is not None for g in drop),
+                    "negative/groups_accepted": len(debited),
+                    "negative/mean_delta_accepted": (
+                        sum(g.verification.delta for g in debited if g.verification) / len(debited) if debited else 0.0
+                    ),
+                }
+            )
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
         return {prefix + k: float(v) for k, v in out.items()}
 
     def summary(self) -> Mapping[str, int]:
         """How many groups ended in each status."""
         return {s: self.count(s) for s in ("not_eligible", "declined", "skipped", "rejected", "accepted")}
+
+
+def _spent(group: GroupRecord) -> int:
+    """Continuations launched for ``group`` (from its stats, else from its verification's counts)."""
+    if group.verify_stats is not None:
+        return group.verify_stats.spent
+    v = group.verification
+    return 0 if v is None else v.pre_count + v.post_count + v.failed_continuations
+
+
+def _fixed_budget(group: GroupRecord) -> int:
+    """What fixed-K sampling spends on ``group``: 2 x K."""
+    stats, v = group.verify_stats, group.verification
+    if stats is not None:
+        return stats.fixed_budget
+    return 0 if v is None else v.pre_count + v.post_count + v.failed_continuations

@@ -7,7 +7,14 @@ For segment ``[l, r]`` of the successful trajectory, K continuations of the curr
 
 ``Delta`` is an unbiased estimate of ``V(s_post) - V(s_pre)`` under the current policy. Continuation
 ``i`` from both boundaries gets the same seed (common random numbers) unless
-``ProverConfig.paired_seeds`` is off. The paper accepts iff ``Delta > 0``.
+``ProverConfig.paired_seeds`` is off. The paper accepts iff ``Delta > 0``; other rules live in
+:mod:`prover_core.acceptance`, and adaptive (anytime-valid, early-stopping) sampling in
+:mod:`prover_core.sequential`.
+
+Failures never hang or silently count: a continuation that raises, runs past
+``max_continuation_turns`` or past ``continuation_timeout_s`` seconds, or whose worker dies, is
+counted by kind in :class:`~prover_core.report.VerifyStats`; a boundary with more failures than
+``k - required_finished`` is not accepted (the verification is ``incomplete``).
 """
 
 from __future__ import annotations
@@ -19,36 +26,87 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from prover_core._aio import resolve
+from prover_core.acceptance import AcceptanceRule
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Segment, Trajectory, Turn, Verification
-from prover_core.errors import ContinuationError, ContinuationLimitError, ProverError
+from prover_core.errors import (
+    ContinuationError,
+    ContinuationLimitError,
+    ContinuationTimeoutError,
+    ProverError,
+    RestoreError,
+    WorkerLostError,
+)
 from prover_core.protocols import ContinueFn, Policy, PolicyContext, RestorableEnv, policy_rng
+from prover_core.report import Direction, FailureKind, VerifyStats
+from prover_core.sequential import SequentialState, SequentialTest
 
 Continuer = Callable[[Trajectory, int, int], Awaitable[Outcome]]
 """``async (trajectory, turn, seed) -> Outcome``: one continuation from state ``s_turn``."""
 
 
-def continuation_seeds(config: ProverConfig, trajectory_id: str) -> tuple[list[int], list[int]]:
-    """Seeds of the K pre and K post continuations; equal pairwise when ``paired_seeds``.
+def continuation_seeds(
+    config: ProverConfig, trajectory_id: str, count: int | None = None
+) -> tuple[list[int], list[int]]:
+    """Seeds of ``count`` (default K) pre and post continuations; equal pairwise when ``paired_seeds``.
 
-    Derived from ``config.seed`` and the trajectory id only (stable across processes and runs).
+    Derived from ``config.seed`` and the trajectory id only (stable across processes and runs). The
+    pre seeds of a longer list start with those of a shorter one, so adaptive sampling's first K
+    pre continuations are the fixed-K ones.
     """
+    n = config.k if count is None else count
     root = np.random.SeedSequence([config.seed, zlib.crc32(trajectory_id.encode())])
-    seeds = root.generate_state(2 * config.k, dtype=np.uint32).tolist()
-    pre = seeds[: config.k]
-    return pre, (pre if config.paired_seeds else seeds[config.k :])
+    seeds = root.generate_state(2 * n, dtype=np.uint32).tolist()
+    pre = seeds[:n]
+    return pre, (pre if config.paired_seeds else seeds[n:])
+
+
+def acceptance_rule(config: ProverConfig) -> AcceptanceRule:
+    """The fixed-K rule ``config`` selects."""
+    return AcceptanceRule(config.acceptance, threshold=config.posterior_threshold, alpha=config.lcb_alpha)
+
+
+def sequential_test(config: ProverConfig) -> SequentialTest:
+    """The adaptive test ``config`` selects."""
+    return SequentialTest(
+        alpha=config.adaptive_alpha,
+        beta=config.adaptive_beta,
+        min_effect=config.adaptive_min_effect,
+        max_pairs=config.max_adaptive_k,
+        round_pairs=config.adaptive_round,
+    )
 
 
 def accept(
-    pre_successes: int, pre_count: int, post_successes: int, post_count: int, config: ProverConfig
+    pre_successes: int,
+    pre_count: int,
+    post_successes: int,
+    post_count: int,
+    config: ProverConfig,
+    direction: Direction = "gain",
 ) -> tuple[bool, str]:
-    """The acceptance rule; the paper's (``delta_positive``): accept iff ``Delta > 0``."""
-    delta = post_successes / post_count - pre_successes / pre_count
-    if config.acceptance == "delta_positive":
-        if delta > 0:
-            return True, f"Delta = {delta:+.3f} > 0"
-        return False, f"Delta = {delta:+.3f} <= 0"
-    raise ValueError(f"unknown acceptance rule {config.acceptance!r}")  # pragma: no cover
+    """The fixed-K acceptance rule of ``config`` (default the paper's: accept iff ``Delta > 0``).
+
+    ``direction="drop"`` tests the reverse (``p_pre > p_post``), for negative credit.
+    """
+    rule = acceptance_rule(config)
+    if direction == "gain":
+        return rule.decide(pre_successes, pre_count, post_successes, post_count)
+    ok, reason = rule.decide(post_successes, post_count, pre_successes, pre_count)
+    return ok, f"drop (roles of pre and post swapped): {reason}"
+
+
+def failure_kind(error: BaseException) -> FailureKind:
+    """The bookkeeping class of a failed continuation."""
+    if isinstance(error, ContinuationLimitError):
+        return "turn_limit"
+    if isinstance(error, ContinuationTimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(error, WorkerLostError):
+        return "worker_lost"
+    if isinstance(error, RestoreError):
+        return "restore"
+    return "error"
 
 
 async def run_continuation(
@@ -102,6 +160,176 @@ def hook_continuer(continue_from: ContinueFn) -> Continuer:
     return go
 
 
+Result = Outcome | BaseException
+
+
+class _Runner:
+    """Launches the continuations of one verification, with the concurrency and wall-time limits."""
+
+    def __init__(
+        self, trajectory: Trajectory, continuer: Continuer, config: ProverConfig, limit: asyncio.Semaphore
+    ) -> None:
+        self.trajectory, self.continuer, self.config, self.limit = trajectory, continuer, config, limit
+        self.spent = 0
+
+    async def one(self, turn: int, seed: int) -> Result:
+        if turn == self.trajectory.num_turns:  # terminal post boundary: its outcome is recorded
+            return Outcome(success=self.trajectory.success)
+        self.spent += 1
+        async with self.limit:
+            try:
+                call = self.continuer(self.trajectory, turn, seed)
+                timeout = self.config.continuation_timeout_s
+                if timeout is None:
+                    return await call
+                try:
+                    return await asyncio.wait_for(call, timeout)
+                except asyncio.TimeoutError as exc:
+                    raise ContinuationTimeoutError(f"continuation ran past {timeout} s of wall time") from exc
+            except Exception as exc:
+                if self.config.strict:
+                    raise
+                return exc
+
+    async def pairs(self, pre_turn: int, post_turn: int, pre_seeds: list[int], post_seeds: list[int]) -> list[Result]:
+        """Pre results then post results, in seed order."""
+        return await asyncio.gather(
+            *(self.one(pre_turn, s) for s in pre_seeds), *(self.one(post_turn, s) for s in post_seeds)
+        )
+
+
+def _tally(pre: list[Result], post: list[Result]) -> dict[str, int]:
+    pre_ok = [r for r in pre if isinstance(r, Outcome)]
+    post_ok = [r for r in post if isinstance(r, Outcome)]
+    return dict(
+        pre_successes=sum(r.success for r in pre_ok),
+        pre_count=len(pre_ok),
+        post_successes=sum(r.success for r in post_ok),
+        post_count=len(post_ok),
+        failed_continuations=len(pre) + len(post) - len(pre_ok) - len(post_ok),
+        policy_turns=sum(r.turns for r in pre_ok + post_ok),
+    )
+
+
+def _failures(results: list[Result]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in results:
+        if not isinstance(r, Outcome):
+            kind = failure_kind(r)
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _incomplete_reason(pre: list[Result], post: list[Result], need: int, drawn: int) -> str | None:
+    pre_ok = sum(isinstance(r, Outcome) for r in pre)
+    post_ok = sum(isinstance(r, Outcome) for r in post)
+    if pre_ok >= need and post_ok >= need:
+        return None
+    first = next(r for r in pre + post if not isinstance(r, Outcome))
+    return (
+        f"too few finished continuations (pre {pre_ok}/{drawn}, post {post_ok}/{drawn}, need {need}); "
+        f"first error: {type(first).__name__}: {first}"
+    )
+
+
+async def verify_segment_detailed(
+    trajectory: Trajectory,
+    segment: Segment,
+    continuer: Continuer,
+    config: ProverConfig,
+    limit: asyncio.Semaphore | None = None,
+    direction: Direction = "gain",
+) -> tuple[Verification, VerifyStats]:
+    """Verify ``segment`` by ``config.sampling`` and return the verification with its cost and stopping.
+
+    ``direction="drop"`` asks whether the segment *lowered* the success rate (negative credit).
+    """
+    limit = limit or asyncio.Semaphore(config.max_concurrency)
+    runner = _Runner(trajectory, continuer, config, limit)
+    if config.sampling == "adaptive":
+        return await _adaptive(runner, segment, direction)
+    return await _fixed(runner, segment, direction)
+
+
+async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
+    config, trajectory = runner.config, runner.trajectory
+    pre_seeds, post_seeds = continuation_seeds(config, trajectory.id)
+    results = await runner.pairs(segment.start, segment.end + 1, pre_seeds, post_seeds)
+    pre, post = results[: config.k], results[config.k :]
+    counts = _tally(pre, post)
+    stats = dict(
+        sampling="fixed",
+        rule=config.acceptance,
+        direction=direction,
+        budget=2 * config.k,
+        fixed_budget=2 * config.k,
+        spent=runner.spent,
+        failures=_failures(results),
+    )
+    reason = _incomplete_reason(pre, post, config.required_finished, config.k)
+    if reason is not None:
+        return Verification(accepted=False, reason=reason, incomplete=True, **counts), VerifyStats(
+            stop="incomplete", **stats
+        )
+    accepted, reason = accept(
+        counts["pre_successes"], counts["pre_count"], counts["post_successes"], counts["post_count"], config, direction
+    )
+    return Verification(accepted=accepted, reason=reason, **counts), VerifyStats(stop="fixed", **stats)
+
+
+async def _adaptive(runner: _Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
+    config, trajectory = runner.config, runner.trajectory
+    test = sequential_test(config)
+    pre_seeds, post_seeds = continuation_seeds(config, trajectory.id, test.max_pairs)
+    state = SequentialState(test)
+    pre: list[Result] = []
+    post: list[Result] = []
+    rounds = 0
+    decision = "continue"
+    while decision == "continue":
+        lo, hi = state.drawn, min(state.drawn + test.round_pairs, test.max_pairs)
+        results = await runner.pairs(segment.start, segment.end + 1, pre_seeds[lo:hi], post_seeds[lo:hi])
+        rounds += 1
+        new_pre, new_post = results[: hi - lo], results[hi - lo :]
+        pre += new_pre
+        post += new_post
+        for a, b in zip(new_pre, new_post, strict=True):
+            ra = a.success if isinstance(a, Outcome) else None
+            rb = b.success if isinstance(b, Outcome) else None
+            state.add(*((ra, rb) if direction == "gain" else (rb, ra)))
+        need = max(1, state.drawn - config.allowed_failures)
+        if _incomplete_reason(pre, post, need, state.drawn) is not None:
+            decision = "incomplete"
+            break
+        decision = state.decide()
+    counts = _tally(pre, post)
+    stats = VerifyStats(
+        sampling="adaptive",
+        rule="sequential",
+        direction=direction,
+        budget=2 * test.max_pairs,
+        fixed_budget=2 * config.k,
+        spent=runner.spent,
+        rounds=rounds,
+        stop=decision,
+        failures=_failures(pre + post),
+        accept_evidence=state.accept_evidence,
+        futility_evidence=state.futility_evidence,
+    )
+    if decision == "incomplete":
+        reason = _incomplete_reason(pre, post, max(1, state.drawn - config.allowed_failures), state.drawn)
+        assert reason is not None
+        return Verification(accepted=False, reason=reason, incomplete=True, **counts), stats
+    delta = (counts["post_successes"] / counts["post_count"]) - (counts["pre_successes"] / counts["pre_count"])
+    sign = "+1/-1 pairs" if direction == "gain" else "drop pairs (pre won)/(post won)"
+    reason = (
+        f"{'drop: ' if direction == 'drop' else ''}Delta = {delta:+.3f} after {state.drawn} pairs ({sign} "
+        f"{state.plus}/{state.minus}); stop: {decision}; e-value {state.accept_evidence:.2f} "
+        f"{'>=' if decision == 'accept' else '<'} 1/alpha = {1 / test.alpha:.1f}"
+    )
+    return Verification(accepted=decision == "accept", reason=reason, **counts), stats
+
+
 async def verify_segment(
     trajectory: Trajectory,
     segment: Segment,
@@ -109,47 +337,12 @@ async def verify_segment(
     config: ProverConfig,
     limit: asyncio.Semaphore | None = None,
 ) -> Verification:
-    """Run K continuations from each boundary of ``segment`` and apply the acceptance rule.
+    """Run continuations from each boundary of ``segment`` and apply the acceptance rule.
 
-    A boundary with fewer than ``config.required_finished`` finished continuations is not accepted;
-    the first error is named in the reason. With ``config.strict`` the error is raised instead.
+    With ``config.sampling == "fixed"`` (default) K run from each boundary; a boundary with fewer than
+    ``config.required_finished`` finished continuations is not accepted and the first error is named
+    in the reason. With ``config.strict`` the error is raised instead. See
+    :func:`verify_segment_detailed` for the cost and stopping record.
     """
-    limit = limit or asyncio.Semaphore(config.max_concurrency)
-    pre_seeds, post_seeds = continuation_seeds(config, trajectory.id)
-    pre_turn, post_turn = segment.start, segment.end + 1
-
-    async def one(turn: int, seed: int) -> Outcome | BaseException:
-        if turn == trajectory.num_turns:  # terminal post boundary: its outcome is recorded
-            return Outcome(success=trajectory.success)
-        async with limit:
-            try:
-                return await continuer(trajectory, turn, seed)
-            except Exception as exc:
-                if config.strict:
-                    raise
-                return exc
-
-    results = await asyncio.gather(*(one(pre_turn, s) for s in pre_seeds), *(one(post_turn, s) for s in post_seeds))
-    pre, post = results[: config.k], results[config.k :]
-    pre_ok = [r for r in pre if isinstance(r, Outcome)]
-    post_ok = [r for r in post if isinstance(r, Outcome)]
-    errors = [r for r in results if not isinstance(r, Outcome)]
-    turns = sum(r.turns for r in pre_ok + post_ok)
-    counts = dict(
-        pre_successes=sum(r.success for r in pre_ok),
-        pre_count=len(pre_ok),
-        post_successes=sum(r.success for r in post_ok),
-        post_count=len(post_ok),
-        failed_continuations=len(errors),
-        policy_turns=turns,
-    )
-    need = config.required_finished
-    if len(pre_ok) < need or len(post_ok) < need:
-        first = errors[0]
-        reason = (
-            f"too few finished continuations (pre {len(pre_ok)}/{config.k}, post {len(post_ok)}/{config.k}, "
-            f"need {need}); first error: {type(first).__name__}: {first}"
-        )
-        return Verification(accepted=False, reason=reason, incomplete=True, **counts)
-    accepted, reason = accept(counts["pre_successes"], len(pre_ok), counts["post_successes"], len(post_ok), config)
-    return Verification(accepted=accepted, reason=reason, **counts)
+    verification, _ = await verify_segment_detailed(trajectory, segment, continuer, config, limit)
+    return verification

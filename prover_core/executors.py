@@ -1,0 +1,390 @@
+"""Executors: where continuations run. Each is a :data:`~prover_core.verify.Continuer`
+(``async (trajectory, turn, seed) -> Outcome``), handed to ``compute_bonus(..., executor=...)``.
+
+* :class:`LocalExecutor` (in process): runs ``env`` + ``policy`` (or a ``continue_from`` hook) on the
+  event loop, or with ``threads=N`` in a pool of ``N`` threads so that blocking environments overlap.
+* :class:`RayExecutor` (``pip install 'prover-core[ray]'``): a pool of Ray actors, each building and
+  holding its own environment and policy from picklable factories. The restore state travels in one
+  of two forms, each put in Ray's object store once: a replay spec (the recorded
+  :class:`~prover_core.data.Trajectory`: its ``reset`` spec and actions), from which the worker restores
+  with its own :class:`~prover_core.protocols.RestorableEnv` (``ReplayEnv``, or ``SnapshotEnv`` caching
+  per worker); or, with ``snapshots=SnapshotEnv(...)``, a pickled snapshot of the live episode at the
+  boundary, replayed once on the driver and unpickled as a fresh copy (then reseeded) for every
+  continuation, for environments whose replay is slow but whose state pickles.
+
+Failures are typed, so that verification counts them by kind: the turn limit raises
+:class:`~prover_core.errors.ContinuationLimitError`, the wall-time limit
+:class:`~prover_core.errors.ContinuationTimeoutError` (the Ray worker is then killed and replaced,
+so a continuation that never ends cannot hold a worker), a dead worker
+:class:`~prover_core.errors.WorkerLostError` (replaced too), anything raised by the environment or
+the policy :class:`~prover_core.errors.ContinuationError` (or :class:`~prover_core.errors.RestoreError`).
+A thread cannot be killed: a blocking continuation past its wall-time limit is abandoned (counted as
+timed out) and its thread finishes on its own; use the Ray executor for environments that can hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pickle
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from prover_core.data import Outcome, Trajectory
+from prover_core.errors import (
+    ContinuationError,
+    ContinuationLimitError,
+    ContinuationTimeoutError,
+    RestoreError,
+    WorkerLostError,
+)
+from prover_core.protocols import ContinueFn, Policy, RestorableEnv
+from prover_core.restore import LiveEpisode, SnapshotEnv
+from prover_core.verify import Continuer, env_continuer, hook_continuer
+
+EnvFactory = Callable[[], RestorableEnv]
+PolicyFactory = Callable[[], Policy]
+HookFactory = Callable[[], ContinueFn]
+
+
+def _make_continuer(
+    env: RestorableEnv | None, policy: Policy | None, continue_from: ContinueFn | None, max_turns: int
+) -> Continuer:
+    if continue_from is not None:
+        if env is not None or policy is not None:
+            raise ValueError("give either continue_from or env and policy, not both")
+        return hook_continuer(continue_from)
+    if env is None or policy is None:
+        raise ValueError("an executor needs env and policy, or continue_from")
+    return env_continuer(env, policy, max_turns)
+
+
+def _run_to_end(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+    """One continuation on a fresh event loop (in a worker thread or a Ray worker)."""
+
+    async def go() -> Outcome:
+        return await continuer(trajectory, turn, seed)
+
+    return asyncio.run(go())
+
+
+class LocalExecutor:
+    """Runs continuations in this process.
+
+    ``threads=0`` (default) awaits each continuation on the caller's event loop (right for async
+    policies and environments, which then overlap); ``threads=N`` runs each one to completion on its
+    own event loop in one of ``N`` threads, so that blocking ``step`` calls overlap. ``timeout_s``
+    bounds each continuation's wall time.
+    """
+
+    def __init__(
+        self,
+        env: RestorableEnv | None = None,
+        policy: Policy | None = None,
+        *,
+        continue_from: ContinueFn | None = None,
+        max_turns: int = 100,
+        threads: int = 0,
+        timeout_s: float | None = None,
+    ) -> None:
+        if threads < 0:
+            raise ValueError("threads must be >= 0")
+        self._continuer = _make_continuer(env, policy, continue_from, max_turns)
+        self.timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="prover") if threads else None
+
+    def _in_thread(self, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+        return _run_to_end(self._continuer, trajectory, turn, seed)
+
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+        if self._pool is None:
+            call: Any = self._continuer(trajectory, turn, seed)
+        else:
+            future = self._pool.submit(self._in_thread, trajectory, turn, seed)
+            call = asyncio.wrap_future(future)
+        if self.timeout_s is None:
+            result: Outcome = await call
+            return result
+        try:
+            outcome: Outcome = await asyncio.wait_for(call, self.timeout_s)
+            return outcome
+        except asyncio.TimeoutError as exc:
+            raise ContinuationTimeoutError(f"continuation ran past {self.timeout_s} s of wall time") from exc
+
+    def shutdown(self) -> None:
+        """Stop the thread pool (running continuations finish; nothing new starts)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Restored:
+    """A :class:`RestorableEnv` over one already restored episode (a snapshot unpickled on a worker)."""
+
+    def __init__(self, episode: LiveEpisode) -> None:
+        self.episode = episode
+
+    def restore(self, trajectory: Trajectory, turn: int, seed: int) -> LiveEpisode:
+        reseed = getattr(self.episode.env, "reseed", None)
+        if reseed is not None:
+            reseed(seed)
+        return self.episode
+
+
+class _Worker:
+    """The body of a Ray actor: builds its own env + policy (or hook) once, then runs continuations."""
+
+    def __init__(self, factories: bytes, max_turns: int) -> None:
+        make_env, make_policy, make_hook = pickle.loads(factories)
+        self.env = make_env() if make_env is not None else None
+        self.policy = make_policy() if make_policy is not None else None
+        self.hook = make_hook() if make_hook is not None else None
+        self.max_turns = max_turns
+        self.continuer = (
+            _make_continuer(self.env, self.policy, self.hook, max_turns)
+            if self.hook is not None or self.env is not None
+            else None
+        )
+
+    def ping(self) -> bool:
+        return True
+
+    def run(self, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
+        """``("ok", success, turns)`` or ``(error kind, type name, message)``; errors never escape raw."""
+        if self.continuer is None:
+            return ("error", "ValueError", "this worker has no environment; send snapshots")
+        return _guarded(self.continuer, trajectory, turn, seed)
+
+    def run_snapshot(self, snapshot: bytes, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
+        """Like :meth:`run`, from a pickled episode in state ``s_turn`` (a fresh copy per call)."""
+        if self.policy is None:
+            return ("error", "ValueError", "snapshots need make_policy")
+        try:
+            episode = pickle.loads(snapshot)
+        except Exception as exc:
+            return ("restore", type(exc).__name__, f"could not unpickle the snapshot: {exc}")
+        return _guarded(env_continuer(_Restored(episode), self.policy, self.max_turns), trajectory, turn, seed)
+
+
+def _guarded(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
+    try:
+        outcome = _run_to_end(continuer, trajectory, turn, seed)
+    except ContinuationLimitError as exc:
+        return ("turn_limit", type(exc).__name__, str(exc))
+    except RestoreError as exc:
+        return ("restore", type(exc).__name__, str(exc))
+    except Exception as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return ("ok", bool(outcome.success), int(outcome.turns))
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError("RayExecutor needs Ray: pip install 'prover-core[ray]'") from exc
+    return ray
+
+
+class _Slot:
+    """One Ray actor and whether its process is known to be up."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.started = False
+
+
+class RayExecutor:
+    """Runs continuations on ``num_workers`` Ray actors, one continuation per actor at a time.
+
+    Give picklable factories: ``make_env`` and ``make_policy`` (each worker calls them once and keeps
+    the results), or ``make_continue_from``. Ray must be initialised (``ray.init``) or it starts a
+    local instance on first use. A worker that dies, or is killed after ``timeout_s``, is replaced;
+    the continuation it was running fails with :class:`WorkerLostError` or
+    :class:`ContinuationTimeoutError` and is counted, never retried silently. The wall-time limit
+    starts once the worker's process is up (a new worker gets ``startup_timeout_s`` to start).
+    With ``snapshots`` (a driver-side :class:`~prover_core.restore.SnapshotEnv`) workers receive
+    pickled snapshots instead of replaying, and need only ``make_policy``.
+    """
+
+    def __init__(
+        self,
+        make_env: EnvFactory | None = None,
+        make_policy: PolicyFactory | None = None,
+        *,
+        make_continue_from: HookFactory | None = None,
+        num_workers: int = 2,
+        max_turns: int = 100,
+        timeout_s: float | None = None,
+        num_cpus_per_worker: float = 1.0,
+        cached_trajectories: int = 256,
+        startup_timeout_s: float = 120.0,
+        snapshots: SnapshotEnv | None = None,
+    ) -> None:
+        if snapshots is not None:
+            if make_policy is None or make_continue_from is not None:
+                raise ValueError("snapshots need make_policy (and no make_continue_from)")
+        elif make_continue_from is None and (make_env is None or make_policy is None):
+            raise ValueError("RayExecutor needs make_env and make_policy, or make_continue_from")
+        if make_continue_from is not None and (make_env is not None or make_policy is not None):
+            raise ValueError("give either make_continue_from or make_env and make_policy, not both")
+        if num_workers < 1:
+            raise ValueError("num_workers must be >= 1")
+        ray = _ray()
+        from ray import cloudpickle  # Ray's own copy; pickles lambdas and closures
+
+        pickler: Any = cloudpickle
+        self._factories: bytes = pickler.dumps((make_env, make_policy, make_continue_from))
+        self.max_turns = max_turns
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.num_workers = num_workers
+        self._actor_cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0)(_Worker)
+        self._slots: list[_Slot] = [self._spawn() for _ in range(num_workers)]
+        self._idle: list[_Slot] = list(self._slots)
+        self._cond: asyncio.Condition | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._refs: OrderedDict[Any, Any] = OrderedDict()
+        self._cached = cached_trajectories
+        self.snapshots = snapshots
+        self._pickler: Any = cloudpickle
+        self.workers_lost = 0
+        self.workers_killed = 0
+
+    def _spawn(self) -> _Slot:
+        return _Slot(self._actor_cls.remote(self._factories, self.max_turns))
+
+    def ready(self, timeout_s: float = 120.0) -> None:
+        """Block until every worker has started (optional; the first continuations wait otherwise)."""
+        _ray().get([slot.handle.ping.remote() for slot in self._slots], timeout=timeout_s)
+        for slot in self._slots:
+            slot.started = True
+
+    def _condition(self) -> asyncio.Condition:
+        loop = asyncio.get_running_loop()
+        if self._cond is None or self._loop is not loop:  # compute_bonus may run each step on a fresh loop
+            self._cond, self._loop = asyncio.Condition(), loop
+        return self._cond
+
+    def _object_ref(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` in Ray's object store, put once per ``key`` (least recently used dropped)."""
+        with self._lock:
+            ref = self._refs.get(key)
+            if ref is None:
+                ref = _ray().put(make())
+                self._refs[key] = ref
+                if len(self._refs) > self._cached:
+                    self._refs.popitem(last=False)
+            else:
+                self._refs.move_to_end(key)
+            return ref
+
+    def _submit(self, slot: _Slot, trajectory: Trajectory, turn: int, seed: int) -> Any:
+        """Send the restore state: the trajectory as a replay spec, or a pickled snapshot of ``s_turn``."""
+        spec = self._object_ref(trajectory.id, lambda: trajectory)
+        if self.snapshots is None:
+            return slot.handle.run.remote(spec, turn, seed)
+        snapshots = self.snapshots
+
+        def pickled() -> bytes:
+            blob: bytes = self._pickler.dumps(snapshots.snapshot(trajectory, turn))
+            return blob
+
+        snap = self._object_ref((trajectory.id, turn), pickled)
+        return slot.handle.run_snapshot.remote(snap, spec, turn, seed)
+
+    async def _acquire(self) -> _Slot:
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: bool(self._idle))
+            return self._idle.pop()
+
+    async def _release(self, slot: _Slot) -> None:
+        cond = self._condition()
+        async with cond:
+            self._idle.append(slot)
+            cond.notify()
+
+    def _replace(self, slot: _Slot) -> _Slot:
+        with contextlib.suppress(Exception):  # already dead
+            _ray().kill(slot.handle, no_restart=True)
+        fresh = self._spawn()
+        self._slots = [s for s in self._slots if s is not slot] + [fresh]
+        return fresh
+
+    async def _wait(self, ref: Any, timeout: float | None) -> Any:
+        waiting = asyncio.wrap_future(ref.future())
+        return await (waiting if timeout is None else asyncio.wait_for(waiting, timeout))
+
+    async def _run(
+        self, slot: _Slot, trajectory: Trajectory, turn: int, seed: int
+    ) -> tuple[_Slot, tuple[str, Any, Any]]:
+        """Run one continuation on ``slot``; returns the slot to put back (a replacement if it died)."""
+        ray = _ray()
+        if not slot.started:
+            try:
+                await self._wait(slot.handle.ping.remote(), self.startup_timeout_s)
+            except (asyncio.TimeoutError, ray.exceptions.RayError) as exc:
+                self.workers_lost += 1
+                lost = WorkerLostError(f"a Ray worker did not start: {type(exc).__name__}")
+                raise _Lost(self._replace(slot), lost) from None
+            slot.started = True
+        try:
+            result = await self._wait(self._submit(slot, trajectory, turn, seed), self.timeout_s)
+        except asyncio.TimeoutError:
+            self.workers_killed += 1
+            error: ContinuationError = ContinuationTimeoutError(
+                f"continuation ran past {self.timeout_s} s of wall time; its Ray worker was killed"
+            )
+            raise _Lost(self._replace(slot), error) from None
+        except ray.exceptions.RayActorError as exc:
+            self.workers_lost += 1
+            error = WorkerLostError(f"the Ray worker died during the continuation: {type(exc).__name__}")
+            raise _Lost(self._replace(slot), error) from None
+        except ray.exceptions.RayError as exc:
+            raise _Lost(slot, ContinuationError(f"Ray failed the continuation: {type(exc).__name__}: {exc}")) from None
+        return slot, result
+
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+        slot = await self._acquire()
+        try:
+            slot, (status, a, b) = await self._run(slot, trajectory, turn, seed)
+        except _Lost as lost:
+            slot = lost.slot
+            raise lost.error from None
+        finally:
+            await self._release(slot)
+        if status == "ok":
+            return Outcome(success=bool(a), turns=int(b))
+        message = f"continuation raised on a Ray worker: {a}: {b}"
+        if status == "turn_limit":
+            raise ContinuationLimitError(message)
+        if status == "restore":
+            raise RestoreError(message)
+        raise ContinuationError(message)
+
+    def stats(self) -> dict[str, int]:
+        """Workers, and how many were lost (died) or killed (after a timeout) so far."""
+        return {"workers": self.num_workers, "workers_lost": self.workers_lost, "workers_killed": self.workers_killed}
+
+    def shutdown(self) -> None:
+        """Kill every worker."""
+        ray = _ray()
+        for slot in self._slots:
+            with contextlib.suppress(Exception):
+                ray.kill(slot.handle, no_restart=True)
+        self._slots, self._idle = [], []
+
+
+class _Lost(Exception):
+    """Internal: a continuation failed and ``slot`` is what goes back to the pool."""
+
+    def __init__(self, slot: _Slot, error: ContinuationError) -> None:
+        super().__init__(str(error))
+        self.slot, self.error = slot, error
+
+
+__all__ = ["LocalExecutor", "RayExecutor"]
