@@ -11,7 +11,7 @@ and every other trajectory gets 0. The advantage of a trainable token of turn ``
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from prover_core.data import Segment, Trajectory
 
@@ -53,3 +53,18 @@ def action_mask(trajectory: Trajectory, length: int) -> NDArray[np.bool_]:
     has_span = np.array([turn.token_span is not None for turn in trajectory.turns], dtype=np.float64)
     mask: NDArray[np.bool_] = spread_to_tokens(trajectory, has_span, length) != 0.0
     return mask
+
+
+def mask_runs(mask: ArrayLike) -> list[tuple[int, int]]:
+    """Half-open ``[start, end)`` of every maximal run of non-zero entries of a 1-D ``mask``, in order.
+
+    In a multi-turn response whose action tokens are 1 and environment/tool tokens 0 (verl's
+    ``response_mask``, OpenRLHF's ``action_mask``, TRL's ``completion_mask * tool_mask``), run ``t``
+    is the token span of turn ``t``: the inverse of :func:`action_mask`.
+    """
+    m = np.asarray(mask) != 0
+    if m.ndim != 1:
+        raise ValueError(f"expected a 1-D mask, got shape {m.shape}")
+    edges = np.diff(np.concatenate(([False], m, [False])).astype(np.int8))
+    starts, ends = np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()
+    return list(zip(starts, ends, strict=True))

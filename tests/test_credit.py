@@ -1,8 +1,12 @@
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from prover_core import Segment, Trajectory, Turn
-from prover_core.credit import action_mask, segment_bonus, spread_to_tokens
+from prover_core.credit import action_mask, mask_runs, segment_bonus, spread_to_tokens
 from tests.conftest import make_trajectory
 
 
@@ -37,3 +41,27 @@ def test_spread_refuses_to_drop_credit() -> None:
     with pytest.raises(ValueError, match="per-turn values"):
         spread_to_tokens(t, np.array([1.0]), 3)
     np.testing.assert_array_equal(action_mask(t, 3), [True, True, False])
+
+
+def test_mask_runs_by_hand() -> None:
+    assert mask_runs([0, 1, 1, 0, 0, 1, 0, 1]) == [(1, 3), (5, 6), (7, 8)]
+    assert mask_runs([1, 1]) == [(0, 2)] and mask_runs([0, 0]) == [] and mask_runs([]) == []
+    assert mask_runs(np.array([0.0, 2.5, 1.0])) == [(1, 3)]
+    with pytest.raises(ValueError, match="1-D"):
+        mask_runs([[1, 0]])
+
+
+@given(st.lists(st.booleans(), max_size=60))
+def test_mask_runs_inverts_action_mask(bits: list[bool]) -> None:
+    runs = mask_runs(bits)
+    assert all(a < b for a, b in runs) and all(b1 < a2 for (_, b1), (a2, _) in itertools.pairwise(runs))
+    if runs:
+        t = Trajectory(
+            id="a",
+            group_id="g",
+            success=True,
+            turns=[Turn(observation=i, action=i, token_span=s) for i, s in enumerate(runs)],
+        )
+        np.testing.assert_array_equal(action_mask(t, len(bits)), np.array(bits, dtype=bool))
+    else:
+        assert not any(bits)

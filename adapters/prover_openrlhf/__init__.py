@@ -15,11 +15,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from prover_core.credit import mask_runs
 from prover_openrlhf.batch import Plan, Row, batch_rows, build_trajectory, plan_batch
 from prover_openrlhf.errors import ExperienceBatchError, ProverOpenRLHFError, SetupError
 from prover_openrlhf.prover_setup import SETUP_ENV, ProverSetup, load_setup
 from prover_openrlhf.records import EpisodeRecord, LocalRecordStore, RayRecordStore, RecordStore, record_key
-from prover_openrlhf.spans import mask_runs, ranges_to_mask_spans
+from prover_openrlhf.spans import ranges_to_mask_spans
 
 if TYPE_CHECKING:
     from prover_openrlhf.experience_maker import ProverExperienceMaker

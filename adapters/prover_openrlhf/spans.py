@@ -14,21 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def mask_runs(mask: Sequence[int | float | bool]) -> list[tuple[int, int]]:
-    """Half-open ``[start, end)`` of every maximal run of non-zero entries of ``mask``, in order."""
-    runs: list[tuple[int, int]] = []
-    start: int | None = None
-    for i, value in enumerate(mask):
-        if value and start is None:
-            start = i
-        elif not value and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    return runs
-
-
 def ranges_to_mask_spans(action_ranges: Sequence[Sequence[int]], length: int) -> list[tuple[int, int]]:
     """The executor's ``action_ranges`` in action-mask positions: ``[s-1, e-1)`` clipped to ``length``.
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from prover_core.credit import mask_runs
 from prover_trl.batch import PROVER_KEYS, RESET_KEY, SPANS_KEY, SUCCESS_KEY, TURNS_KEY, Row, build_trajectory, owners
 from prover_trl.errors import ProverTRLError
 from prover_trl.policy import TrainerPolicy
 from prover_trl.rollout import make_rollout_func, member_reset, success_reward
-from prover_trl.spans import check_spans, mask_runs
+from prover_trl.spans import check_spans
 
 if TYPE_CHECKING:
     from prover_trl.trainer import ProverGRPOTrainer, ProverSetup

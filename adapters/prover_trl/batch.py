@@ -15,9 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from prover_core import ProverConfig, Report, Trajectory, Turn
+from prover_core.credit import mask_runs
 from prover_core.trigger import is_eligible, representative, success_rate
 from prover_trl.errors import ProverTRLError
-from prover_trl.spans import check_spans, mask_runs
+from prover_trl.spans import check_spans
 
 #: Extra keys a ``rollout_func`` may return per completion (all optional).
 TURNS_KEY = "prover_turns"

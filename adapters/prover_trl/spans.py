@@ -13,21 +13,6 @@ from collections.abc import Sequence
 from prover_trl.errors import ProverTRLError
 
 
-def mask_runs(mask: Sequence[int | float | bool]) -> list[tuple[int, int]]:
-    """Half-open ``[start, end)`` of every maximal run of non-zero entries of ``mask``, in order."""
-    runs: list[tuple[int, int]] = []
-    start: int | None = None
-    for i, value in enumerate(mask):
-        if value and start is None:
-            start = i
-        elif not value and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    return runs
-
-
 def check_spans(spans: Sequence[Sequence[int]], length: int) -> list[tuple[int, int]]:
     """Validate explicit spans (``prover_turn_spans``): ordered, non-overlapping, non-empty, within ``length``.
 

@@ -15,22 +15,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from prover_core.bonus import BonusResult
+from prover_core.credit import mask_runs
 from prover_core.data import Trajectory
 from prover_verl.errors import RowAlignmentError, TurnAlignmentError
 from prover_verl.hook import RowTurns
 
 REWARD_TOL = 1e-6
 
-
-def turn_runs(mask_row: NDArray[Any]) -> list[tuple[int, int]]:
-    """Half-open ``[start, end)`` runs of non-zero entries of a 1-D mask, in order."""
-    m = np.asarray(mask_row) != 0
-    if m.ndim != 1:
-        raise ValueError(f"expected a 1-D mask row, got shape {m.shape}")
-    edges = np.diff(np.concatenate(([False], m, [False])).astype(np.int8))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
-    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+turn_runs = mask_runs
+"""Turns of a verl ``response_mask`` row: the runs of 1s (:func:`prover_core.credit.mask_runs`)."""
 
 
 def resolve_rows(
