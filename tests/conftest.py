@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import settings
 
 from prover_core import Trajectory, Turn
+
+# No per-example deadline: the suite runs on a shared 2-core machine, and speed is measured in benchmarks.
+settings.register_profile("prover", deadline=None)
+settings.load_profile("prover")
 
 
 def make_trajectory(
