@@ -36,6 +36,7 @@ from prover_core import (
     compute_bonus,
 )
 from prover_trl.batch import PROVER_KEYS, RESET_KEY, Row, build_trajectory, group_layout, merge_reports, owners
+from prover_trl.errors import ProverTRLError
 from prover_trl.policy import TrainerPolicy, _mix, seeded
 
 
@@ -153,6 +154,24 @@ class ProverGRPOTrainer(GRPOTrainer):
             )
         return rows
 
+    def _gather_or_raise(self, items: list[Any], failure: Exception | None) -> list[Any]:
+        """Every process's ``items``, concatenated; if any process failed, raise on every process.
+
+        A process that raised on its own would leave the others waiting at the gather for ever; here
+        the failure travels with the gather, so all processes raise :class:`ProverTRLError` together.
+        """
+        if self.accelerator.num_processes == 1:
+            if failure is not None:
+                raise failure
+            return items
+        here = self.accelerator.process_index
+        note = None if failure is None else f"{type(failure).__name__}: {failure}"
+        gathered = gather_object([(here, note, items)])
+        errors = [f"process {rank}: {text}" for rank, text, _ in gathered if text is not None]
+        if errors:
+            raise ProverTRLError("ProVer failed on " + "; ".join(errors)) from failure
+        return [item for _, _, part in gathered for item in part]
+
     def _prover_bonus(self, output: dict[str, Any], resets: list[dict[str, Any]]) -> torch.Tensor:
         """The ``(B, T)`` bonus of this process's rows, zero outside trainable tokens."""
         setup = self.prover
@@ -169,16 +188,20 @@ class ProverGRPOTrainer(GRPOTrainer):
         def decode(ids: Any) -> str:
             return str(tokenizer.decode(list(ids), skip_special_tokens=True))
 
-        mine = [
-            build_trajectory(
-                row,
-                trajectory_id=f"{tag}:{start + i}",
-                group_id=f"{tag}:g{(start + i) // size}",
-                decode=decode,
-            )
-            for i, row in enumerate(rows)
-        ]
-        everyone = gather_object(mine) if self.accelerator.num_processes > 1 else mine
+        failure: Exception | None = None
+        try:
+            mine = [
+                build_trajectory(
+                    row,
+                    trajectory_id=f"{tag}:{start + i}",
+                    group_id=f"{tag}:g{(start + i) // size}",
+                    decode=decode,
+                )
+                for i, row in enumerate(rows)
+            ]
+        except Exception as exc:
+            mine, failure = [], exc
+        everyone = self._gather_or_raise(mine, failure)
         owner = owners(everyone, local, setup.config)
         here = self.accelerator.process_index
         batch = [t for t in everyone if owner[t.group_id] == here]
@@ -191,16 +214,19 @@ class ProverGRPOTrainer(GRPOTrainer):
         result: BonusResult | None = None
         report = Report()
         if batch:
-            with seeded(_mix(setup.config.seed, tag)):  # continuations never disturb the training RNG stream
-                result = compute_bonus(
-                    batch,
-                    judge=setup.judge,
-                    env=setup.env if setup.continue_from is None else None,
-                    policy=self.prover_policy if setup.continue_from is None else None,
-                    continue_from=setup.continue_from,
-                    config=setup.config,
-                )
-            report = result.report
+            try:
+                with seeded(_mix(setup.config.seed, tag)):  # continuations never disturb the training RNG stream
+                    result = compute_bonus(
+                        batch,
+                        judge=setup.judge,
+                        env=setup.env if setup.continue_from is None else None,
+                        policy=self.prover_policy if setup.continue_from is None else None,
+                        continue_from=setup.continue_from,
+                        config=setup.config,
+                    )
+                report = result.report
+            except Exception as exc:
+                failure = exc
         if isinstance(self.prover_policy, TrainerPolicy):
             self.prover_policy.clear()
 
@@ -211,7 +237,7 @@ class ProverGRPOTrainer(GRPOTrainer):
                     bonus[i] = torch.from_numpy(result.token_bonus(traj.id, length)).float()
         bonus = bonus.to(loss_mask.device) * loss_mask.float()
 
-        reports = gather_object([report]) if self.accelerator.num_processes > 1 else [report]
+        reports = self._gather_or_raise([report], failure)
         merged = merge_reports(reports)
         self.prover_last_result, self.prover_last_report = result, merged
         metrics = merged.metrics()

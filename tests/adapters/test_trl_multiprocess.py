@@ -20,7 +20,7 @@ if __name__ != "__main__":
     require_host("trl")
 
 
-def _worker(out_dir: str) -> None:
+def _worker(out_dir: str, mode: str = "ok") -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
@@ -46,6 +46,10 @@ def _worker(out_dir: str) -> None:
             )
             return super()._compute_loss(model, inputs)
 
+    class BrokenJudge:  # mode "fail": the judge breaks, strict mode raises, on the owner (process 0) only
+        def propose(self, success: Any, failures: Any, rules: Any) -> Any:
+            raise ConnectionError("judge server unreachable")
+
     tokenizer = word_tokenizer()
     args = GRPOConfig(
         output_dir=out_dir,
@@ -68,7 +72,11 @@ def _worker(out_dir: str) -> None:
         train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
         processing_class=tokenizer,
         rollout_func=make_rollout_func(LuckyDoor, max_turns=5),
-        prover=ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=2)),
+        prover=ProverSetup(
+            judge=BrokenJudge() if mode == "fail" else FixedJudge(1, 1),
+            env=ReplayEnv(LuckyDoor),
+            config=ProverConfig(k=2, strict=mode == "fail"),
+        ),
     )
     trainer.train()
     rank = trainer.accelerator.process_index
@@ -82,10 +90,14 @@ def _worker(out_dir: str) -> None:
     torch.distributed.barrier()
 
 
-def test_group_split_across_two_processes_is_gathered_and_credited_once(tmp_path: Path) -> None:
+def _launch(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    proc = subprocess.run([*cmd, __file__, str(tmp_path)], env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run([*cmd, __file__, str(tmp_path), mode], env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_group_split_across_two_processes_is_gathered_and_credited_once(tmp_path: Path) -> None:
+    proc = _launch(tmp_path, "ok")
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2]
@@ -103,5 +115,15 @@ def test_group_split_across_two_processes_is_gathered_and_credited_once(tmp_path
     assert [log["prover/groups_accepted"] for log in ranks[0]["logs"]] == [1.0, 1.0]
 
 
+def test_a_failure_on_one_process_raises_on_every_process_instead_of_hanging(tmp_path: Path) -> None:
+    proc = _launch(tmp_path, "fail")  # the 240 s timeout would fire if process 0 waited at the gather
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    # process 0 (the owner of the group) raised; process 1 raised too instead of waiting at the gather
+    assert out.count("ProVer failed on process 0: JudgeError") >= 2, out[-4000:]
+    assert "judge server unreachable" in out
+    assert not list(tmp_path.glob("rank*.json"))
+
+
 if __name__ == "__main__":
-    _worker(sys.argv[1])
+    _worker(*sys.argv[1:])
