@@ -32,7 +32,7 @@ from prover_core.grpo import grpo_advantages
 from prover_core.propose import propose
 from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
-from prover_core.trigger import is_eligible, representative, success_rate
+from prover_core.trigger import is_eligible, longest_failure, representative, success_rate
 from prover_core.verify import Continuer, env_continuer, hook_continuer, verify_segment_detailed
 
 
@@ -103,14 +103,6 @@ def _continuer(
     if env is None or policy is None:
         raise ValueError("compute_bonus needs env and policy, or continue_from")
     return env_continuer(env, policy, config.max_continuation_turns)
-
-
-def longest_failure(group: Sequence[Trajectory]) -> Trajectory:
-    """The longest failed trajectory (most turns; ties: smallest id), the run negative credit segments."""
-    failures = [t for t in group if not t.success]
-    if not failures:
-        raise ValueError("the group has no failed trajectory")
-    return min(failures, key=lambda t: (-t.num_turns, t.id))
 
 
 async def _credit_group(

@@ -3,7 +3,8 @@
 A group with success rate ``p = (#successes) / G`` is eligible iff ``low < p < high`` (strict;
 the paper uses ``(0, 0.5)``, i.e. 1..3 successes of 8). Its representative is the shortest
 successful trajectory; ties go to the smallest trajectory id, so the choice does not depend on the
-order in which a host hands over the batch.
+order in which a host hands over the batch. With negative credit on, groups with a rate in
+``(negative_trigger_low, negative_trigger_high)`` are debited instead, through their longest failed run.
 """
 
 from __future__ import annotations
@@ -29,3 +30,11 @@ def representative(group: Sequence[Trajectory]) -> Trajectory:
     if not successes:
         raise ValueError("the group has no successful trajectory")
     return min(successes, key=lambda t: (t.num_turns, t.id))
+
+
+def longest_failure(group: Sequence[Trajectory]) -> Trajectory:
+    """The longest failed trajectory (most turns; ties: smallest id): the run negative credit segments."""
+    failures = [t for t in group if not t.success]
+    if not failures:
+        raise ValueError("the group has no failed trajectory")
+    return min(failures, key=lambda t: (-t.num_turns, t.id))

@@ -286,6 +286,7 @@ async def _adaptive(runner: _Runner, segment: Segment, direction: Direction) -> 
     post: list[Result] = []
     rounds = 0
     decision = "continue"
+    incomplete: str | None = None
     while decision == "continue":
         lo, hi = state.drawn, min(state.drawn + test.round_pairs, test.max_pairs)
         results = await runner.pairs(segment.start, segment.end + 1, pre_seeds[lo:hi], post_seeds[lo:hi])
@@ -297,8 +298,8 @@ async def _adaptive(runner: _Runner, segment: Segment, direction: Direction) -> 
             ra = a.success if isinstance(a, Outcome) else None
             rb = b.success if isinstance(b, Outcome) else None
             state.add(*((ra, rb) if direction == "gain" else (rb, ra)))
-        need = max(1, state.drawn - config.allowed_failures)
-        if _incomplete_reason(pre, post, need, state.drawn) is not None:
+        incomplete = _incomplete_reason(pre, post, max(1, state.drawn - config.allowed_failures), state.drawn)
+        if incomplete is not None:
             decision = "incomplete"
             break
         decision = state.decide()
@@ -316,10 +317,8 @@ async def _adaptive(runner: _Runner, segment: Segment, direction: Direction) -> 
         accept_evidence=state.accept_evidence,
         futility_evidence=state.futility_evidence,
     )
-    if decision == "incomplete":
-        reason = _incomplete_reason(pre, post, max(1, state.drawn - config.allowed_failures), state.drawn)
-        assert reason is not None
-        return Verification(accepted=False, reason=reason, incomplete=True, **counts), stats
+    if incomplete is not None:
+        return Verification(accepted=False, reason=incomplete, incomplete=True, **counts), stats
     delta = (counts["post_successes"] / counts["post_count"]) - (counts["pre_successes"] / counts["pre_count"])
     sign = "+1/-1 pairs" if direction == "gain" else "drop pairs (pre won)/(post won)"
     reason = (

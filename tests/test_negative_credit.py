@@ -16,12 +16,12 @@ from prover_core import (
     Trajectory,
     compute_bonus,
 )
-from prover_core.bonus import longest_failure
 from prover_core.data import Decline, Proposal
 from prover_core.demo import MDPEnv, VaultMDP, exact_success_probability, vault_policy
 from prover_core.demo.run import states_along
 from prover_core.demo.vault import VAULT_WEIGHTS
 from prover_core.record import record_episode
+from prover_core.trigger import longest_failure
 from tests.conftest import make_trajectory
 
 
