@@ -18,6 +18,7 @@ from prover_core.errors import (
     ProverError,
     ReplayMismatchError,
     RestoreError,
+    RolloutLimitError,
     WorkerLostError,
 )
 from prover_core.executors import LocalExecutor, RayExecutor
@@ -59,6 +60,7 @@ __all__ = [
     "Report",
     "RestorableEnv",
     "RestoreError",
+    "RolloutLimitError",
     "Segment",
     "SegmentRules",
     "SnapshotEnv",

@@ -49,6 +49,10 @@ class ContinuationLimitError(ContinuationError):
     """A continuation ran past ``ProverConfig.max_continuation_turns`` without ending."""
 
 
+class RolloutLimitError(ContinuationLimitError):
+    """A recorded episode did not end within its turn limit, or ended at reset with no turn to record."""
+
+
 class ContinuationTimeoutError(ContinuationError):
     """A continuation ran past ``ProverConfig.continuation_timeout_s`` seconds of wall time."""
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prover_core.data import Trajectory, Turn
-from prover_core.errors import ContinuationLimitError
+from prover_core.errors import RolloutLimitError
 from prover_core.protocols import Policy, PolicyContext, policy_rng
 from prover_core.restore import Env
 
@@ -22,8 +22,13 @@ def record_episode(
     seed: int,
     max_turns: int = 100,
     token_length: Callable[[Any], int] | None = None,
+    keep_info: Sequence[str] = (),
 ) -> Trajectory:
     """Play one episode of a synchronous ``policy`` from ``env.reset(reset)`` and record it.
+
+    Turn ``t`` records the observation seen before acting, the action, and in its ``info`` the entries
+    of the step's info named in ``keep_info``. Raises :class:`RolloutLimitError` when the episode is
+    still running after ``max_turns`` turns, or ended at reset with no turn to record.
 
     With ``token_length`` the turns get token spans of a synthetic sequence laid out as
     ``[obs_0][action_0][obs_1][action_1]...``: each action's span covers ``token_length(action)``
@@ -33,7 +38,9 @@ def record_episode(
     rng = policy_rng(seed)
     turns: list[Turn] = []
     cursor = 0
-    for _ in range(max_turns):
+    while not step.done:
+        if len(turns) >= max_turns:
+            raise RolloutLimitError(f"episode {trajectory_id!r} did not end within {max_turns} turns")
         action = policy.act(PolicyContext(None, tuple(turns), step.observation, step.info, seed, rng))
         if inspect.isawaitable(action):
             raise TypeError("record_episode needs a synchronous policy")
@@ -42,10 +49,9 @@ def record_episode(
             start = cursor + token_length(step.observation)
             cursor = start + token_length(action)
             span = (start, cursor)
-        turns.append(Turn(observation=step.observation, action=action, token_span=span))
+        kept = {k: step.info[k] for k in keep_info if k in step.info}
+        turns.append(Turn(observation=step.observation, action=action, token_span=span, info=kept))
         step = env.step(action)
-        if step.done:
-            return Trajectory(
-                id=trajectory_id, group_id=group_id, reset=dict(reset), turns=tuple(turns), success=step.success
-            )
-    raise ContinuationLimitError(f"episode {trajectory_id!r} did not end within {max_turns} turns")
+    if not turns:
+        raise RolloutLimitError(f"episode {trajectory_id!r} ended at reset: no turn to record")
+    return Trajectory(id=trajectory_id, group_id=group_id, reset=dict(reset), turns=tuple(turns), success=step.success)

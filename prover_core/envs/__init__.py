@@ -15,17 +15,24 @@ from typing import Any
 
 import numpy as np
 
-from prover_core.data import Trajectory, Turn
-from prover_core.errors import ProverError
-from prover_core.protocols import Step
+from prover_core.data import Trajectory
+from prover_core.errors import RolloutLimitError
+from prover_core.protocols import PolicyContext, Step
+from prover_core.record import record_episode
 from prover_core.restore import Env
 
 Chooser = Callable[[Step, np.random.Generator], Any]
 """``choose(step, rng) -> action``: how a rollout picks its action from the latest step."""
 
 
-class RolloutLimitError(ProverError):
-    """A rollout did not end within its turn limit (an episode needs a binary terminal outcome)."""
+class _Choosing:
+    """A :class:`~prover_core.protocols.Policy` over a chooser, drawing from ``default_rng(seed)``."""
+
+    def __init__(self, choose: Chooser, seed: int) -> None:
+        self.choose, self.rng = choose, np.random.default_rng(seed)
+
+    def act(self, context: PolicyContext) -> Any:
+        return self.choose(Step(context.observation, info=context.info), self.rng)
 
 
 def rollout(
@@ -39,26 +46,23 @@ def rollout(
     max_turns: int = 1000,
     keep_info: Sequence[str] = (),
 ) -> Trajectory:
-    """Play one episode of ``env`` from ``reset(spec)`` and record it.
+    """Play one episode of ``env`` from ``reset(spec)`` and record it (:func:`~prover_core.record.record_episode`).
 
     ``choose`` draws from ``np.random.default_rng(seed)``. Turn ``t`` records the observation seen
     before acting and the action taken, and in its ``info`` the entries of the step's info named in
     ``keep_info`` (say, the score before acting). Raises :class:`RolloutLimitError` when the episode is still
     running after ``max_turns`` turns.
     """
-    rng = np.random.default_rng(seed)
-    step = env.reset(spec)
-    turns: list[Turn] = []
-    while not step.done:
-        if len(turns) >= max_turns:
-            raise RolloutLimitError(f"episode {trajectory_id!r} did not end within {max_turns} turns")
-        action = choose(step, rng)
-        kept = {k: step.info[k] for k in keep_info if k in step.info}
-        turns.append(Turn(observation=step.observation, action=action, info=kept))
-        step = env.step(action)
-    if not turns:
-        raise RolloutLimitError(f"episode {trajectory_id!r} ended at reset: no turn to record")
-    return Trajectory(id=trajectory_id, group_id=group_id, reset=dict(spec), turns=tuple(turns), success=step.success)
+    return record_episode(
+        env,
+        _Choosing(choose, seed),
+        reset=spec,
+        trajectory_id=trajectory_id,
+        group_id=group_id,
+        seed=seed,
+        max_turns=max_turns,
+        keep_info=keep_info,
+    )
 
 
 __all__ = ["Chooser", "RolloutLimitError", "rollout"]
