@@ -57,6 +57,18 @@ class ContinuationTimeoutError(ContinuationError):
     """A continuation ran past ``ProverConfig.continuation_timeout_s`` seconds of wall time."""
 
 
+class EngineError(ContinuationError):
+    """An inference engine failed to generate a continuation's action (refused, unreachable, garbage)."""
+
+
+class EngineTimeoutError(EngineError, ContinuationTimeoutError):
+    """An inference engine did not answer within its time limit."""
+
+
+class TokenRecordError(ProverError, ValueError):
+    """A training row's recorded token ids do not fit its trajectory (missing, or spans out of range)."""
+
+
 class WorkerLostError(ContinuationError):
     """The worker process running a continuation died (or was killed after a timeout)."""
 

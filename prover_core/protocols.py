@@ -70,6 +70,8 @@ class PolicyContext:
     seed: int
     rng: np.random.Generator
     """``policy_rng(seed)``: a sampling policy should draw from it (common random numbers)."""
+    boundary: int | None = None
+    """The restored turn: ``history[:boundary]`` is recorded, the rest is this continuation's own."""
 
 
 POLICY_STREAM = 0x9E3779B9

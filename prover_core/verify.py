@@ -124,7 +124,7 @@ async def run_continuation(
     rng = policy_rng(seed)
     for taken in range(max_turns):
         try:
-            context = PolicyContext(trajectory, tuple(history), step.observation, step.info, seed, rng)
+            context = PolicyContext(trajectory, tuple(history), step.observation, step.info, seed, rng, turn)
             action = await resolve(policy.act(context))
             history.append(Turn(observation=step.observation, action=action))
             step = await resolve(episode.step(action))
