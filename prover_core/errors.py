@@ -7,6 +7,10 @@ class ProverError(Exception):
     """Base class of every error raised on purpose by prover-core."""
 
 
+class HostImportError(ProverError, ImportError):
+    """An adapter's host library (TRL, verl, OpenRLHF, torch) is not installed; the message says how to install it."""
+
+
 class InvalidBatchError(ProverError, ValueError):
     """The batch of trajectories handed to ``compute_bonus`` is malformed (empty, duplicate ids, ...)."""
 
