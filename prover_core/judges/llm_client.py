@@ -315,9 +315,11 @@ class ChatClient:
     def _transport(self, exc: httpx.HTTPError) -> Exception:
         """A timeout or connection error is worth a retry; any other httpx error (bad URL, decoding) is not."""
         self.stats.failure()
-        detail = f"{type(exc).__name__}: {self.redact(str(exc))}"
+        text = self.redact(str(exc))
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         if isinstance(exc, httpx.TimeoutException):
-            return _Retryable(f"timed out ({detail})")
+            limits = f"timeout_s={self.config.timeout_s:g}, connect_timeout_s={self.config.connect_timeout_s:g}"
+            return _Retryable(f"timed out ({detail}; {limits})")
         if isinstance(exc, httpx.TransportError):
             return _Retryable(f"connection error ({detail})")
         return JudgeError(f"request to chat server {self.config.endpoint} failed: {detail}")
