@@ -45,6 +45,7 @@ def fails_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str
         ([*JUDGE, "--judge-timeout", "nan"], "argument --judge-timeout: must be a positive number, got nan"),
         ([*JUDGE, "--judge-concurrency", "0"], "argument --judge-concurrency: must be at least 1, got 0"),
     ],
+    ids=["groups-0", "k-0", "k-negative", "group-size-0", "groups-word", "timeout-0", "timeout-nan", "concurrency-0"],
 )
 def test_bad_numbers_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert message in fails_with_usage(["demo", *argv], capsys)
@@ -62,6 +63,7 @@ def test_bad_numbers_are_usage_errors(argv: list[str], message: str, capsys: pyt
             "environment variable 'PROVER_UNSET_KEY' (the judge's API key) is not set",
         ),
     ],
+    ids=["model-without-url", "options-without-url", "url-without-model", "bad-url", "unset-key-variable"],
 )
 def test_llm_judge_options_are_checked(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     os.environ.pop("PROVER_UNSET_KEY", None)

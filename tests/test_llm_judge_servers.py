@@ -184,6 +184,7 @@ OPENAI_MAX_TOKENS = {
         (400, OPENAI_MAX_TOKENS, "max_tokens_field='max_completion_tokens'"),
         (501, "Not Implemented", "remove the unsupported parameter"),
     ],
+    ids=["llama.cpp-no-jinja", "vllm-no-tool-parser", "openai-max_tokens", "501"],
 )
 def test_an_unsupported_parameter_error_is_typed_and_not_retried(status: int, body: Any, hint: str) -> None:
     with ChatServer([Reply(status=status, body=body)]) as server:
