@@ -76,7 +76,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_.value.code == 0 and capsys.readouterr().out == f"prover {prover_core.__version__}\n"
 
 
-def test_the_installed_command_exits_2_without_a_traceback() -> None:
+def test_the_command_line_exits_2_without_a_traceback() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "prover_core.cli", "demo", "--groups", "0"],
