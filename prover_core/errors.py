@@ -23,6 +23,10 @@ class JudgeError(ProverError):
     """A judge failed to produce a usable proposal (garbage answer, timeout, exhausted repairs)."""
 
 
+class JudgeUnsupportedError(JudgeError):
+    """The judge's chat server refused a request parameter it does not support (not retried)."""
+
+
 class RestoreError(ProverError):
     """An environment could not be restored to a turn boundary."""
 
