@@ -241,7 +241,7 @@ def executor_section(delay: float, use_ray: bool) -> list[str]:
     batch = rollout_batch(mdp, 8, 8, seed=0)
     config = ProverConfig()
 
-    def make_env() -> SnapshotEnv:
+    def make_restorable_env() -> SnapshotEnv:
         return SnapshotEnv(lambda: SlowEnv(delay))
 
     lines = [
@@ -270,8 +270,8 @@ def executor_section(delay: float, use_ray: bool) -> list[str]:
     def bonus_with(executor: Any) -> Callable[[], Any]:
         return lambda: compute_bonus(batch, judge=DivergenceJudge(), executor=executor, config=config)
 
-    row("local, inline (default path)", bonus_with(LocalExecutor(make_env(), vault_policy())))
-    threads = LocalExecutor(make_env(), vault_policy(), threads=2)
+    row("local, inline (default path)", bonus_with(LocalExecutor(make_restorable_env(), vault_policy())))
+    threads = LocalExecutor(make_restorable_env(), vault_policy(), threads=2)
     row("local, 2 threads", bonus_with(threads))
     threads.shutdown()
     if use_ray:
@@ -281,7 +281,7 @@ def executor_section(delay: float, use_ray: bool) -> list[str]:
 
         t0 = time.perf_counter()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        executor = RayExecutor(make_env, vault_policy, num_workers=2)
+        executor = RayExecutor(make_restorable_env, vault_policy, num_workers=2)
         executor.ready()
         startup = time.perf_counter() - t0
         row("Ray, 2 workers", bonus_with(executor))

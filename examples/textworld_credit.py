@@ -19,8 +19,10 @@ Needs ``pip install 'prover-core[textworld]'``. Games are cached (see ``--cache-
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,18 +197,31 @@ def run(
     base_url: str | None = None,
     model: str | None = None,
     game_settings: dict[str, Any] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> tuple[Summary, list[Trajectory]]:
-    """Generate games, roll out groups, credit them with every judge. Returns the summary and the batch."""
+    """Generate games, roll out groups, credit them with every judge. Returns the summary and the batch.
+
+    ``progress`` receives a line as each game is compiled and rolled out and as each judge starts."""
     settings = {"recipe": 2, "take": 1, **(game_settings or {})}
     seeds = range(first_game_seed, first_game_seed + games)
-    made = {s: make_cooking_game(s, cache_dir=cache_dir, **settings) for s in seeds}
     policy = WalkthroughFollower(epsilon, explore="related")
-    batch = [t for s, game in made.items() for t in roll_groups(game, s, groups, group_size, policy, max_steps, seed)]
+    made: dict[int, GameFile] = {}
+    batch: list[Trajectory] = []
+    for n, s in enumerate(seeds, 1):
+        start = time.perf_counter()
+        made[s] = make_cooking_game(s, cache_dir=cache_dir, **settings)
+        runs = roll_groups(made[s], s, groups, group_size, policy, max_steps, seed)
+        batch.extend(runs)
+        progress(
+            f"game {s} ({n}/{games}): {groups} groups of {group_size} rolled out, "
+            f"{sum(t.success for t in runs)} won ({time.perf_counter() - start:.1f} s)"
+        )
     summary = Summary(games=made)
     env = replay_env(max_steps=max_steps, cache_dir=cache_dir)
     config = ProverConfig(k=k, seed=seed, max_continuation_turns=max_steps + 1)
     random_baseline(batch, config, summary)
     for name, judge in make_judges(judges, base_url, model, seed).items():
+        progress(f"{name} judge: propose, verify (K = {k}) and credit {len(batch)} episodes ...")
         start = time.perf_counter()
         result = compute_bonus(batch, judge=judge, env=env, policy=policy, config=config)
         summary.seconds[name] = time.perf_counter() - start
@@ -259,7 +274,13 @@ def main(argv: Sequence[str] | None = None) -> Summary:
     parser.add_argument("--cache-dir", default=None, help="where games are compiled (default ~/.cache/prover-core)")
     parser.add_argument("--base-url", default=None, help="an OpenAI-compatible server: adds the LLM judge")
     parser.add_argument("--model", default=None)
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
+    if not args.quiet:  # progress on stderr: this script's lines and compute_bonus's summary (logger prover_core)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
+        logging.getLogger("prover_core").addHandler(handler)
+        logging.getLogger("prover_core").setLevel(logging.INFO)
     summary, batch = run(
         games=args.games,
         first_game_seed=args.first_game_seed,
@@ -273,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> Summary:
         cache_dir=args.cache_dir,
         base_url=args.base_url,
         model=args.model,
+        progress=(lambda line: None)
+        if args.quiet
+        else lambda line: print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True),
     )
     print(report(summary, batch))
     return summary

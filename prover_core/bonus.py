@@ -11,11 +11,16 @@ has its longest failed trajectory (ties: smallest id) segmented by the same judg
 roles swapped: ``judge.propose(failed_run, successful_runs, rules)``, i.e. "where did this run do what
 the successful runs did not". The drop is verified (``p_pre > p_post`` by the configured rule or the
 adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that segment's turns.
+
+Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): one summary line per call
+at INFO, and each group's trigger, proposal and verification at DEBUG as they happen.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +39,8 @@ from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.trigger import is_eligible, longest_failure, representative, success_rate
 from prover_core.verify import Continuer, env_continuer, hook_continuer, verify_segment_detailed
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, repr=False)
@@ -143,10 +150,25 @@ async def _credit_group(
     except ProverError as exc:
         if config.strict:
             raise
+        logger.debug("group %s: propose failed, skipped: %s: %s", group_id, type(exc).__name__, exc)
         return record("skipped", "propose", f"{type(exc).__name__}: {exc}"), None
     if isinstance(answer, Decline):
+        logger.debug("group %s: the judge declined: %s", group_id, answer.reason)
         return record("declined", "propose", answer.reason), None
+    segment = answer.segment
+    logger.debug("group %s: proposed turns [%d, %d] of %s", group_id, segment.start, segment.end, success.id)
     verification, stats = await verify_segment_detailed(success, answer.segment, continuer, config, limit, direction)
+    logger.debug(
+        "group %s: verified Delta = %+.3f (pre %d/%d, post %d/%d, %d continuations): %s",
+        group_id,
+        verification.delta,
+        verification.pre_successes,
+        verification.pre_count,
+        verification.post_successes,
+        verification.post_count,
+        stats.spent,
+        "incomplete" if verification.incomplete else "accepted" if verification.accepted else "rejected",
+    )
     found = dict(proposal=answer, verification=verification, verify_stats=stats)
     if verification.incomplete:
         return record("skipped", "verify", verification.reason, **found), None
@@ -167,6 +189,7 @@ async def acompute_bonus(
     executor: Continuer | None = None,
 ) -> BonusResult:
     """The ``async`` form of :func:`compute_bonus`; eligible groups are judged and verified concurrently."""
+    started = time.perf_counter()
     config = config or ProverConfig()
     continuer = _continuer(env, policy, continue_from, config, executor)
     new_step = getattr(judge, "new_step", None)
@@ -184,9 +207,12 @@ async def acompute_bonus(
         rate = success_rate(members)
         if is_eligible(rate, config.trigger_low, config.trigger_high):
             eligible.append((gid, "gain"))
+            logger.debug("group %s: success rate %d/%d, eligible", gid, successes, len(members))
         elif config.negative_credit and is_eligible(rate, config.negative_trigger_low, config.negative_trigger_high):
             eligible.append((gid, "drop"))
+            logger.debug("group %s: success rate %d/%d, eligible for negative credit", gid, successes, len(members))
         else:
+            logger.debug("group %s: success rate %d/%d, not eligible", gid, successes, len(members))
             records[gid] = GroupRecord(
                 group_id=gid,
                 size=len(members),
@@ -212,8 +238,22 @@ async def acompute_bonus(
         rollout_episodes=len(everyone),
         judge_stats=dict(stats()) if callable(stats) else {},
     )
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(_summary(report, time.perf_counter() - started))
     return BonusResult(
         trajectories={t.id: t for t in everyone}, advantages=advantages, turn_bonus=turn_bonus, report=report
+    )
+
+
+def _summary(report: Report, seconds: float) -> str:
+    """One line: groups by outcome, the verification's cost against the rollout, the time taken."""
+    m = report.metrics(prefix="")
+    counts = report.summary()
+    return (
+        f"compute_bonus: {len(report.groups)} groups, {len(report.groups) - counts['not_eligible']} eligible: "
+        f"{counts['accepted']} accepted, {counts['rejected']} rejected, {counts['declined']} declined, "
+        f"{counts['skipped']} skipped; {m['continuations']:.0f} continuations, {m['policy_turns']:.0f} policy turns "
+        f"(+{100 * m['extra_turn_share']:.1f}% of the rollout's {report.rollout_turns}); {seconds:.2f} s"
     )
 
 

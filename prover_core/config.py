@@ -21,64 +21,64 @@ class ProverConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     # Trigger: a group is eligible iff trigger_low < success rate < trigger_high (strict).
-    trigger_low: float = Field(0.0, ge=0.0, le=1.0)
-    trigger_high: float = Field(0.5, ge=0.0, le=1.0)
+    trigger_low: float = Field(default=0.0, ge=0.0, le=1.0)
+    trigger_high: float = Field(default=0.5, ge=0.0, le=1.0)
 
     # Propose: admissible segments.
-    max_segment_turns: int = Field(4, ge=1)
+    max_segment_turns: int = Field(default=4, ge=1)
     nonterminal_end: bool = True
 
     # Verify: K continuations from each boundary.
-    k: int = Field(8, ge=1)
+    k: int = Field(default=8, ge=1)
     acceptance: Literal["delta_positive", "beta_posterior", "lower_confidence_bound"] = "delta_positive"
     """How a fixed-K verification decides (see :mod:`prover_core.acceptance`): the paper's ``Delta > 0``,
     ``P(p_post > p_pre) >= posterior_threshold`` under Beta(1,1) priors, or Clopper-Pearson bounds at
     level ``lcb_alpha`` (false credit at most ``lcb_alpha``)."""
-    posterior_threshold: float = Field(0.9, gt=0.0, lt=1.0)
+    posterior_threshold: float = Field(default=0.9, gt=0.0, lt=1.0)
     """*library*: threshold of the ``beta_posterior`` rule."""
-    lcb_alpha: float = Field(0.1, gt=0.0, lt=1.0)
+    lcb_alpha: float = Field(default=0.1, gt=0.0, lt=1.0)
     """*library*: level of the ``lower_confidence_bound`` rule."""
     sampling: Literal["fixed", "adaptive"] = "fixed"
     """*library*: ``fixed`` runs K continuations per boundary (the paper); ``adaptive`` draws pairs in rounds
     and stops by the anytime-valid test of :mod:`prover_core.sequential` (its own decision rule)."""
-    adaptive_alpha: float = Field(0.3, gt=0.0, lt=1.0)
+    adaptive_alpha: float = Field(default=0.3, gt=0.0, lt=1.0)
     """*library*: adaptive sampling credits a segment without gain with probability at most this, whatever
     the rates and the stopping (a worst-case bound; the exact rates are far lower, see docs/verification.md)."""
-    adaptive_beta: float = Field(0.2, gt=0.0, lt=1.0)
+    adaptive_beta: float = Field(default=0.2, gt=0.0, lt=1.0)
     """*library*: adaptive sampling stops for futility on a gain >= ``adaptive_min_effect`` at most this often."""
-    adaptive_min_effect: float = Field(0.5, gt=0.0, lt=1.0)
-    adaptive_round: int = Field(2, ge=1)
+    adaptive_min_effect: float = Field(default=0.5, gt=0.0, lt=1.0)
+    adaptive_round: int = Field(default=2, ge=1)
     """*library*: continuation pairs drawn per round (each round runs 2 x this many concurrently)."""
-    adaptive_max_k: int | None = Field(None, ge=1)
+    adaptive_max_k: int | None = Field(default=None, ge=1)
     """*library*: most continuations per boundary under adaptive sampling (default: ceil(1.5 k), 12 for k = 8)."""
-    continuation_timeout_s: float | None = Field(None, gt=0.0)
+    continuation_timeout_s: float | None = Field(default=None, gt=0.0)
     """*library*: wall-time limit of one continuation; one that runs longer counts as failed to finish."""
     paired_seeds: bool = True
     """*library*: continuation i from the pre and the post boundary share seed i (common random numbers)."""
     seed: int = 0
     """*library*: root of every continuation seed, so a step's verification is reproducible."""
-    max_continuation_turns: int = Field(100, ge=1)
+    max_continuation_turns: int = Field(default=100, ge=1)
     """*library*: a continuation still running after this many turns is counted as failed to finish."""
-    min_finished: int | None = Field(None, ge=1)
+    min_finished: int | None = Field(default=None, ge=1)
     """*library*: finished continuations needed at each boundary (default: all K)."""
-    max_concurrency: int = Field(64, ge=1)
+    max_concurrency: int = Field(default=64, ge=1)
     """*library*: continuations in flight at once (matters for async policies)."""
 
     # Credit.
-    lam: float = Field(1.0, ge=0.0)
+    lam: float = Field(default=1.0, ge=0.0)
     """lambda: the bonus added to each trainable token of an accepted segment is lam * Delta."""
     negative_credit: bool = False
     """*library* (beyond the paper): for groups with success rate in (negative_trigger_low, negative_trigger_high),
     segment the longest failed run, verify the drop and subtract ``negative_lam * |Delta|`` on it."""
-    negative_trigger_low: float = Field(0.5, ge=0.0, le=1.0)
-    negative_trigger_high: float = Field(1.0, ge=0.0, le=1.0)
-    negative_lam: float | None = Field(None, ge=0.0)
+    negative_trigger_low: float = Field(default=0.5, ge=0.0, le=1.0)
+    negative_trigger_high: float = Field(default=1.0, ge=0.0, le=1.0)
+    negative_lam: float | None = Field(default=None, ge=0.0)
     """*library*: lambda of negative credit (default: ``lam``)."""
 
     # GRPO baseline.
     normalize_std: bool = False
     """Divide the group-centred reward by the group's standard deviation (Dr. GRPO style off)."""
-    std_eps: float = Field(1e-6, gt=0.0)
+    std_eps: float = Field(default=1e-6, gt=0.0)
 
     strict: bool = False
     """*library*: raise on judge/restore/continuation failures instead of recording a skip."""

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import pickle
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +46,8 @@ from prover_core.protocols import ContinueFn, Policy, RestorableEnv
 from prover_core.restore import LiveEpisode, SnapshotEnv
 from prover_core.verify import Continuer, env_continuer, hook_continuer
 
-EnvFactory = Callable[[], RestorableEnv]
+RestorableEnvFactory = Callable[[], RestorableEnv]
+EnvFactory = RestorableEnvFactory  # the old name
 PolicyFactory = Callable[[], Policy]
 HookFactory = Callable[[], ContinueFn]
 
@@ -137,8 +139,8 @@ class _Worker:
     """The body of a Ray actor: builds its own env + policy (or hook) once, then runs continuations."""
 
     def __init__(self, factories: bytes, max_turns: int) -> None:
-        make_env, make_policy, make_hook = pickle.loads(factories)
-        self.env = make_env() if make_env is not None else None
+        make_restorable_env, make_policy, make_hook = pickle.loads(factories)
+        self.env = make_restorable_env() if make_restorable_env is not None else None
         self.policy = make_policy() if make_policy is not None else None
         self.hook = make_hook() if make_hook is not None else None
         self.max_turns = max_turns
@@ -199,8 +201,11 @@ class _Slot:
 class RayExecutor:
     """Runs continuations on ``num_workers`` Ray actors, one continuation per actor at a time.
 
-    Give picklable factories: ``make_env`` and ``make_policy`` (each worker calls them once and keeps
-    the results), or ``make_continue_from``. Ray must be initialised (``ray.init``) or it starts a
+    Give picklable factories: ``make_restorable_env`` (returns a
+    :class:`~prover_core.protocols.RestorableEnv`, e.g. ``lambda: SnapshotEnv(make_env)``) and
+    ``make_policy`` (each worker calls them once and keeps the results), or ``make_continue_from``.
+    (``make_env=`` is the deprecated name of ``make_restorable_env``; elsewhere ``make_env`` makes a
+    plain :class:`~prover_core.restore.Env`.) Ray must be initialised (``ray.init``) or it starts a
     local instance on first use. A worker that dies, or is killed after ``timeout_s``, is replaced;
     the continuation it was running fails with :class:`WorkerLostError` or
     :class:`ContinuationTimeoutError` and is counted, never retried silently. The wall-time limit
@@ -211,7 +216,7 @@ class RayExecutor:
 
     def __init__(
         self,
-        make_env: EnvFactory | None = None,
+        make_restorable_env: RestorableEnvFactory | None = None,
         make_policy: PolicyFactory | None = None,
         *,
         make_continue_from: HookFactory | None = None,
@@ -222,21 +227,32 @@ class RayExecutor:
         cached_trajectories: int = 256,
         startup_timeout_s: float = 120.0,
         snapshots: SnapshotEnv | None = None,
+        make_env: RestorableEnvFactory | None = None,
     ) -> None:
+        if make_env is not None:
+            warnings.warn(
+                "RayExecutor(make_env=...) is deprecated: the factory makes a RestorableEnv, "
+                "pass it as make_restorable_env (or first, positionally)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if make_restorable_env is not None:
+                raise ValueError("give make_restorable_env or its deprecated name make_env, not both")
+            make_restorable_env = make_env
         if snapshots is not None:
             if make_policy is None or make_continue_from is not None:
                 raise ValueError("snapshots need make_policy (and no make_continue_from)")
-        elif make_continue_from is None and (make_env is None or make_policy is None):
-            raise ValueError("RayExecutor needs make_env and make_policy, or make_continue_from")
-        if make_continue_from is not None and (make_env is not None or make_policy is not None):
-            raise ValueError("give either make_continue_from or make_env and make_policy, not both")
+        elif make_continue_from is None and (make_restorable_env is None or make_policy is None):
+            raise ValueError("RayExecutor needs make_restorable_env and make_policy, or make_continue_from")
+        if make_continue_from is not None and (make_restorable_env is not None or make_policy is not None):
+            raise ValueError("give either make_continue_from or make_restorable_env and make_policy, not both")
         if num_workers < 1:
             raise ValueError("num_workers must be >= 1")
         ray = _ray()
         from ray import cloudpickle  # Ray's own copy; pickles lambdas and closures
 
         pickler: Any = cloudpickle
-        self._factories: bytes = pickler.dumps((make_env, make_policy, make_continue_from))
+        self._factories: bytes = pickler.dumps((make_restorable_env, make_policy, make_continue_from))
         self.max_turns = max_turns
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from prover_core.data import Trajectory, Turn
 from prover_core.errors import RolloutLimitError
 from prover_core.protocols import Policy, PolicyContext, policy_rng
@@ -23,8 +25,11 @@ def record_episode(
     max_turns: int = 100,
     token_length: Callable[[Any], int] | None = None,
     keep_info: Sequence[str] = (),
+    rng: np.random.Generator | None = None,
 ) -> Trajectory:
     """Play one episode of a synchronous ``policy`` from ``env.reset(reset)`` and record it.
+
+    The policy draws from ``rng`` (default ``policy_rng(seed)``, the stream continuations use).
 
     Turn ``t`` records the observation seen before acting, the action, and in its ``info`` the entries
     of the step's info named in ``keep_info``. Raises :class:`RolloutLimitError` when the episode is
@@ -35,7 +40,7 @@ def record_episode(
     positions right after its observation's ``token_length(observation)`` positions.
     """
     step = env.reset(reset)
-    rng = policy_rng(seed)
+    rng = policy_rng(seed) if rng is None else rng
     turns: list[Turn] = []
     cursor = 0
     while not step.done:

@@ -99,6 +99,9 @@ class Report(BaseModel):
         ``continuations_saved_share`` = 1 - continuations / the budget fixed-K sampling would spend.
         Failures are counted by kind (``continuations_failed/<kind>``). Group counts and
         ``mean_delta_accepted`` cover positive credit; ``negative/*`` covers negative credit.
+        Everything about the judge is under ``judge/``: ``judge/propose_calls`` (how many groups it
+        was asked about, any judge; formerly ``judge_calls``) and whatever the judge
+        reports itself (``judge/<name>``, e.g. the LLM judge's ``judge/calls``, its HTTP requests).
         """
         gain = [g for g in self.groups if g.direction == "gain"]
         drop = [g for g in self.groups if g.direction == "drop"]
@@ -125,7 +128,6 @@ class Report(BaseModel):
             "groups_declined": sum(g.status == "declined" for g in gain),
             "groups_skipped": sum(g.status == "skipped" for g in gain),
             "acceptance_rate": len(accepted) / len(ver) if ver else 0.0,
-            "judge_calls": self.judge_calls,
             "continuations": continuations,
             "continuations_failed": sum(v.failed_continuations for v in every),
             "continuations_saved_share": 1.0 - continuations / fixed_budget if fixed_budget else 0.0,
@@ -152,6 +154,7 @@ class Report(BaseModel):
                 }
             )
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
+        out["judge/propose_calls"] = self.judge_calls
         return {prefix + k: float(v) for k, v in out.items()}
 
     def summary(self) -> Mapping[str, int]:

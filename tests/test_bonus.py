@@ -77,7 +77,7 @@ def test_accepted_segment_gets_lambda_delta_and_nothing_else_changes() -> None:
     m = r.report.metrics()
     assert m["prover/groups"] == 2 and m["prover/groups_eligible"] == 1 and m["prover/groups_accepted"] == 1
     assert m["prover/continuations"] == 8 and m["prover/mean_delta_accepted"] == 1.0
-    assert m["prover/mean_segment_turns"] == 2 and m["prover/judge_calls"] == 1
+    assert m["prover/mean_segment_turns"] == 2 and m["prover/judge/propose_calls"] == 1
     assert r.report.summary() == {"not_eligible": 1, "declined": 0, "skipped": 0, "rejected": 0, "accepted": 1}
 
 

@@ -13,7 +13,7 @@ from prover_core import DivergenceJudge, ProverConfig, SnapshotEnv, Trajectory, 
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.errors import ContinuationTimeoutError
 from prover_core.executors import LocalExecutor
-from tests.verify_support import BATCH, Forever, make_env, plain, same_bonus
+from tests.verify_support import BATCH, Forever, make_restorable_env, plain, same_bonus
 
 MDP = VaultMDP()
 
@@ -40,7 +40,7 @@ class Exploding:
 @pytest.mark.parametrize("sampling", ["fixed", "adaptive"])
 def test_local_executor_gives_the_plain_bonus(threads: int, sampling: str) -> None:
     config = ProverConfig(sampling=sampling)  # type: ignore[arg-type]
-    executor = LocalExecutor(make_env(), vault_policy(), threads=threads)
+    executor = LocalExecutor(make_restorable_env(), vault_policy(), threads=threads)
     try:
         same_bonus(plain(config), compute_bonus(BATCH, judge=DivergenceJudge(), executor=executor, config=config))
     finally:
@@ -89,10 +89,23 @@ def test_turn_limit_and_raising_env_are_counted() -> None:
 
 def test_executor_arguments_are_checked() -> None:
     with pytest.raises(ValueError):
-        LocalExecutor(make_env())
+        LocalExecutor(make_restorable_env())
     with pytest.raises(ValueError):
-        LocalExecutor(make_env(), vault_policy(), continue_from=lambda t, turn, s: True)
+        LocalExecutor(make_restorable_env(), vault_policy(), continue_from=lambda t, turn, s: True)
     with pytest.raises(ValueError):
         compute_bonus(
-            BATCH, judge=DivergenceJudge(), executor=LocalExecutor(continue_from=lambda t, n, s: True), env=make_env()
+            BATCH,
+            judge=DivergenceJudge(),
+            executor=LocalExecutor(continue_from=lambda t, n, s: True),
+            env=make_restorable_env(),
         )
+
+
+def test_ray_executor_make_env_is_the_deprecated_name_of_make_restorable_env() -> None:
+    """``make_env`` elsewhere makes a plain Env; the Ray executor's factory makes a RestorableEnv."""
+    from prover_core.executors import RayExecutor
+
+    with pytest.warns(DeprecationWarning, match="make_restorable_env"), pytest.raises(ValueError, match="not both"):
+        RayExecutor(make_restorable_env, vault_policy, make_env=make_restorable_env)
+    with pytest.raises(ValueError, match="make_restorable_env and make_policy"):
+        RayExecutor(make_policy=vault_policy)

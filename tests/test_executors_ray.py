@@ -16,7 +16,7 @@ from prover_core import DivergenceJudge, ProverConfig, SnapshotEnv, Trajectory, 
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.errors import ContinuationTimeoutError, WorkerLostError
 from prover_core.executors import RayExecutor
-from tests.verify_support import BATCH, Forever, make_env, plain, same_bonus
+from tests.verify_support import BATCH, Forever, make_restorable_env, plain, same_bonus
 
 ray = pytest.importorskip("ray")
 
@@ -35,7 +35,7 @@ def ray_cluster() -> Iterator[None]:
 @pytest.mark.parametrize("sampling", ["fixed", "adaptive"])
 def test_ray_executor_gives_the_local_bonus(ray_cluster: None, sampling: str) -> None:
     config = ProverConfig(sampling=sampling)  # type: ignore[arg-type]
-    executor = RayExecutor(make_env, vault_policy, num_workers=2)
+    executor = RayExecutor(make_restorable_env, vault_policy, num_workers=2)
     try:
         executor.ready()
         remote = compute_bonus(BATCH, judge=DivergenceJudge(), executor=executor, config=config)
@@ -90,10 +90,10 @@ def test_ray_failures_are_counted_and_workers_replaced(ray_cluster: None) -> Non
 
 
 def test_ray_turn_limit_travels_back_typed(ray_cluster: None) -> None:
-    def make_env_forever() -> SnapshotEnv:
+    def make_restorable_env_forever() -> SnapshotEnv:
         return SnapshotEnv(lambda: MDPEnv(VaultMDP(horizon=10_000)))
 
-    executor = RayExecutor(make_env_forever, Forever, num_workers=1, max_turns=20)
+    executor = RayExecutor(make_restorable_env_forever, Forever, num_workers=1, max_turns=20)
     try:
         result = compute_bonus(BATCH, judge=DivergenceJudge(), executor=executor, config=ProverConfig(k=2))
     finally:
@@ -105,11 +105,11 @@ def test_ray_turn_limit_travels_back_typed(ray_cluster: None) -> None:
 def test_ray_pickled_snapshots_give_the_local_bonus(ray_cluster: None) -> None:
     """Restore state sent as a pickled snapshot (replayed once on the driver) instead of a replay spec."""
     config = ProverConfig()
-    executor = RayExecutor(make_policy=vault_policy, snapshots=make_env(), num_workers=2)
+    executor = RayExecutor(make_policy=vault_policy, snapshots=make_restorable_env(), num_workers=2)
     try:
         remote = compute_bonus(BATCH, judge=DivergenceJudge(), executor=executor, config=config)
     finally:
         executor.shutdown()
     same_bonus(plain(config), remote)
     with pytest.raises(ValueError, match="snapshots need make_policy"):
-        RayExecutor(make_continue_from=lambda: lambda t, turn, s: True, snapshots=make_env())
+        RayExecutor(make_continue_from=lambda: lambda t, turn, s: True, snapshots=make_restorable_env())

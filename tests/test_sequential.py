@@ -17,7 +17,7 @@ from prover_core.sequential import (
     pair_probabilities,
 )
 from prover_core.verify import hook_continuer, sequential_test
-from tests.verify_support import BATCH, SEG, bernoulli, make_env, run_many
+from tests.verify_support import BATCH, SEG, bernoulli, make_restorable_env, run_many
 
 ADAPTIVE = ProverConfig(sampling="adaptive")
 TEST = sequential_test(ADAPTIVE)
@@ -170,8 +170,10 @@ def test_every_continuation_failing_is_incomplete_even_when_failures_are_allowed
 
 def test_cost_bookkeeping_in_the_report() -> None:
     """Continuations and policy turns per step, as shares of the rollout, and the saving against fixed K."""
-    fixed = compute_bonus(BATCH, judge=DivergenceJudge(), env=make_env(), policy=vault_policy())
-    adaptive = compute_bonus(BATCH, judge=DivergenceJudge(), env=make_env(), policy=vault_policy(), config=ADAPTIVE)
+    fixed = compute_bonus(BATCH, judge=DivergenceJudge(), env=make_restorable_env(), policy=vault_policy())
+    adaptive = compute_bonus(
+        BATCH, judge=DivergenceJudge(), env=make_restorable_env(), policy=vault_policy(), config=ADAPTIVE
+    )
     rollout_turns = sum(t.num_turns for t in BATCH)
     for result in (fixed, adaptive):
         m = result.report.metrics(prefix="")

@@ -46,12 +46,14 @@ BATCH = rollout_batch(VaultMDP(), 6, 8, seed=0)
 """6 groups of 8 vault runs (several eligible groups, some accepted with the demo policy)."""
 
 
-def make_env() -> SnapshotEnv:
+def make_restorable_env() -> SnapshotEnv:
     return SnapshotEnv(lambda: MDPEnv(VaultMDP()))
 
 
 def plain(config: ProverConfig) -> BonusResult:
-    return compute_bonus(BATCH, judge=DivergenceJudge(), env=make_env(), policy=vault_policy(), config=config)
+    return compute_bonus(
+        BATCH, judge=DivergenceJudge(), env=make_restorable_env(), policy=vault_policy(), config=config
+    )
 
 
 def same_bonus(a: BonusResult, b: BonusResult) -> None:

@@ -46,11 +46,15 @@ QUICK = Settings(
     overhead_batch_sizes=(32, 128, 512),
     overhead_lengths=(10, 50, 200),
 )
+"""``prover bench --quick``: a smaller run (under 2 minutes on 2 cores)."""
 FULL = Settings()
+"""``prover bench``: the full run behind docs/benchmarks.md."""
 
 
 @dataclass
 class BenchResult:
+    """Everything one ``run_bench`` measured, by section, with the plots it wrote."""
+
     settings: Settings
     accuracy: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     training: dict[str, list[Curve]] = field(default_factory=dict)

@@ -156,6 +156,7 @@ SUITE: tuple[Corridor, ...] = (
 
 
 def by_name(name: str) -> Corridor:
+    """The suite's environment called ``name``; ``KeyError`` naming the known ones otherwise."""
     for env in SUITE:
         if env.name == name:
             return env

@@ -119,7 +119,7 @@ def render(run: DemoRun) -> str:
         "Groups: " + ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in r.report.summary().items()),
         f"Continuations: {m['continuations']:.0f} ({m['policy_turns']:.0f} policy turns, "
         f"{100 * m['extra_turn_share']:.1f}% of the batch's {r.report.rollout_turns} turns); "
-        f"judge calls: {m['judge_calls']:.0f}",
+        f"judge calls: {m['judge/propose_calls']:.0f}",
         *render_skips(r.report),
     ]
     errors = []

@@ -5,11 +5,13 @@
 
 Both modules import their host library only when an environment is made, so importing them is cheap
 and never fails. :func:`rollout` records one episode of a plain :class:`~prover_core.restore.Env` as
-a :class:`~prover_core.data.Trajectory` whose ``reset`` spec re-creates it.
+a :class:`~prover_core.data.Trajectory` whose ``reset`` spec re-creates it, played by a
+:class:`~prover_core.protocols.Policy`: the same object that ``compute_bonus`` continues with.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,28 +19,30 @@ import numpy as np
 
 from prover_core.data import Trajectory
 from prover_core.errors import RolloutLimitError
-from prover_core.protocols import PolicyContext, Step
+from prover_core.protocols import Policy, PolicyContext, Step
 from prover_core.record import record_episode
 from prover_core.restore import Env
 
 Chooser = Callable[[Step, np.random.Generator], Any]
-"""``choose(step, rng) -> action``: how a rollout picks its action from the latest step."""
+"""Deprecated: ``choose(step, rng) -> action``, the old second policy shape; pass a
+:class:`~prover_core.protocols.Policy` to :func:`rollout` instead (``act(context)`` reads
+``context.observation``, ``context.info`` and ``context.rng``)."""
 
 
 class _Choosing:
-    """A :class:`~prover_core.protocols.Policy` over a chooser, drawing from ``default_rng(seed)``."""
+    """A :class:`~prover_core.protocols.Policy` over a deprecated chooser."""
 
-    def __init__(self, choose: Chooser, seed: int) -> None:
-        self.choose, self.rng = choose, np.random.default_rng(seed)
+    def __init__(self, choose: Chooser) -> None:
+        self.choose = choose
 
     def act(self, context: PolicyContext) -> Any:
-        return self.choose(Step(context.observation, info=context.info), self.rng)
+        return self.choose(Step(context.observation, info=context.info), context.rng)
 
 
 def rollout(
     env: Env,
     spec: Mapping[str, Any],
-    choose: Chooser,
+    policy: Policy | Chooser,
     *,
     trajectory_id: str,
     group_id: str,
@@ -46,22 +50,33 @@ def rollout(
     max_turns: int = 1000,
     keep_info: Sequence[str] = (),
 ) -> Trajectory:
-    """Play one episode of ``env`` from ``reset(spec)`` and record it (:func:`~prover_core.record.record_episode`).
+    """Play one episode of ``env`` from ``reset(spec)`` with ``policy`` and record it
+    (:func:`~prover_core.record.record_episode`).
 
-    ``choose`` draws from ``np.random.default_rng(seed)``. Turn ``t`` records the observation seen
-    before acting and the action taken, and in its ``info`` the entries of the step's info named in
-    ``keep_info`` (say, the score before acting). Raises :class:`RolloutLimitError` when the episode is still
-    running after ``max_turns`` turns.
+    ``policy.act(context)`` draws from ``context.rng = np.random.default_rng(seed)``. Turn ``t``
+    records the observation seen before acting and the action taken, and in its ``info`` the entries
+    of the step's info named in ``keep_info`` (say, the score before acting). Raises
+    :class:`RolloutLimitError` when the episode is still running after ``max_turns`` turns.
+    A plain ``choose(step, rng)`` function is still accepted, with a :class:`DeprecationWarning`.
     """
+    if not isinstance(policy, Policy):
+        warnings.warn(
+            "rollout(env, spec, choose) with a choose(step, rng) function is deprecated: pass a Policy "
+            "(an object with act(context); context.info and context.rng hold what choose received)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        policy = _Choosing(policy)
     return record_episode(
         env,
-        _Choosing(choose, seed),
+        policy,
         reset=spec,
         trajectory_id=trajectory_id,
         group_id=group_id,
         seed=seed,
         max_turns=max_turns,
         keep_info=keep_info,
+        rng=np.random.default_rng(seed),
     )
 
 

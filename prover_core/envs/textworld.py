@@ -368,7 +368,12 @@ class WalkthroughFollower:
         return self.choose(context.info, context.rng)
 
     def __call__(self, step: Step, rng: np.random.Generator) -> str:
-        """The :data:`~prover_core.envs.Chooser` form, for :func:`~prover_core.envs.rollout`."""
+        """Deprecated: the old chooser form; :func:`~prover_core.envs.rollout` takes the follower itself."""
+        warnings.warn(
+            "calling a WalkthroughFollower as choose(step, rng) is deprecated: pass it to rollout as a Policy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.choose(step.info, rng)
 
 

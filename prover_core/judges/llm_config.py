@@ -50,14 +50,14 @@ class LLMJudgeConfig(BaseModel):
     A key the judge sets itself (:data:`RESERVED_BODY_KEYS`) is refused when the config is built."""
 
     # Sampling.
-    temperature: float = Field(0.0, ge=0.0)
-    max_tokens: int = Field(1024, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    max_tokens: int = Field(default=1024, ge=1)
     """Completion tokens per request."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     """The body key that carries ``max_tokens`` (OpenAI's newer models only accept ``max_completion_tokens``)."""
     seed: int | None = None
     """Sent as ``seed`` with every request when set. Repair requests always carry ``seed + repair number``."""
-    repair_temperature: float = Field(0.7, ge=0.0)
+    repair_temperature: float = Field(default=0.7, ge=0.0)
     """Repair requests sample at ``max(temperature, repair_temperature)``, so a temperature-0 model does not
     repeat the answer that was just rejected."""
 
@@ -66,53 +66,53 @@ class LLMJudgeConfig(BaseModel):
     """``structured``: one JSON answer; ``agentic``: tool calls ``search_trajectory`` / ``get_segment`` first."""
     response_format: ResponseFormat = "json_schema"
     """What ``response_format`` to send in structured mode (``json_schema`` needs server support)."""
-    max_tool_rounds: int = Field(4, ge=0)
+    max_tool_rounds: int = Field(default=4, ge=0)
     """Agentic mode: assistant turns that may call tools before a final answer is demanded."""
     response_format_with_tools: bool = False
     """Agentic mode: also send ``response_format`` with ``tools`` (OpenAI allows it; vLLM's and llama.cpp's
     constrained decoding would forbid the tool calls). Off: ``response_format`` is sent once the tools are
     withdrawn, i.e. after the tool rounds or after the model's first answer without a tool call."""
-    max_history_chars: int = Field(16000, ge=1000)
+    max_history_chars: int = Field(default=16000, ge=1000)
     """Bound on the characters of the conversation after the prompt (tool calls, tool results, rejected
     answers and repair notes; see :mod:`~prover_core.judges.llm_conversation`)."""
-    max_repairs: int = Field(3, ge=0)
+    max_repairs: int = Field(default=3, ge=0)
     """Times an invalid answer is sent back with the reason before the group is skipped."""
     allow_decline: bool = True
     """Whether the judge may answer ``start_turn = end_turn = null`` (no segment; the group keeps GRPO credit)."""
 
     # Prompt size (see :mod:`prover_core.judges.llm_prompt` for the truncation rule).
-    max_field_chars: int = Field(1500, ge=40)
+    max_field_chars: int = Field(default=1500, ge=40)
     """An observation or action longer than this keeps its head and tail around a ``[... N chars cut ...]`` mark."""
-    max_trajectory_chars: int = Field(24000, ge=100)
+    max_trajectory_chars: int = Field(default=24000, ge=100)
     """Budget of the successful trajectory's block in the prompt."""
-    max_failures_shown: int = Field(8, ge=1)
-    preview_head_turns: int = Field(2, ge=0)
-    preview_tail_turns: int = Field(3, ge=0)
-    preview_field_chars: int = Field(200, ge=20)
-    max_search_results: int = Field(8, ge=1)
-    max_segment_read: int = Field(12, ge=1)
+    max_failures_shown: int = Field(default=8, ge=1)
+    preview_head_turns: int = Field(default=2, ge=0)
+    preview_tail_turns: int = Field(default=3, ge=0)
+    preview_field_chars: int = Field(default=200, ge=20)
+    max_search_results: int = Field(default=8, ge=1)
+    max_segment_read: int = Field(default=12, ge=1)
     """``get_segment`` returns at most this many turns per call."""
 
     # Transport.
-    timeout_s: float = Field(120.0, gt=0.0)
+    timeout_s: float = Field(default=120.0, gt=0.0)
     """Read/write timeout of one request."""
-    connect_timeout_s: float = Field(10.0, gt=0.0)
-    max_concurrency: int = Field(16, ge=1)
+    connect_timeout_s: float = Field(default=10.0, gt=0.0)
+    max_concurrency: int = Field(default=16, ge=1)
     """Requests in flight at once (and the size of the connection pool)."""
-    max_attempts: int = Field(4, ge=1)
+    max_attempts: int = Field(default=4, ge=1)
     """Attempts per request, the first included, on 408/409/429/5xx, connection errors and timeouts."""
-    backoff_initial_s: float = Field(1.0, ge=0.0)
-    backoff_max_s: float = Field(30.0, ge=0.0)
-    backoff_jitter_s: float = Field(1.0, ge=0.0)
-    max_retry_after_s: float = Field(60.0, ge=0.0)
+    backoff_initial_s: float = Field(default=1.0, ge=0.0)
+    backoff_max_s: float = Field(default=30.0, ge=0.0)
+    backoff_jitter_s: float = Field(default=1.0, ge=0.0)
+    max_retry_after_s: float = Field(default=60.0, ge=0.0)
     """A server's ``Retry-After`` is honoured up to this many seconds."""
-    circuit_failures: int = Field(8, ge=1)
+    circuit_failures: int = Field(default=8, ge=1)
     """After this many consecutive requests failed in one step, each after all its retries, no more requests
     until ``new_step()`` (failed attempts that a retry recovers do not count)."""
 
     # Budget per step (``None``: unlimited). Checked before each request.
-    max_calls_per_step: int | None = Field(None, ge=0)
-    max_tokens_per_step: int | None = Field(None, ge=0)
+    max_calls_per_step: int | None = Field(default=None, ge=0)
+    max_tokens_per_step: int | None = Field(default=None, ge=0)
 
     cache_dir: Path | None = None
     """If set, responses are stored here keyed by the SHA-256 of the request, so a rerun costs nothing."""

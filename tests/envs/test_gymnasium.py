@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from prover_core import ProverConfig, RandomJudge, ReplayMismatchError, RestoreError, Trajectory, Turn, compute_bonus
 from prover_core.envs import RolloutLimitError, rollout
 from prover_core.envs.gymnasium import GymEnv, copy_env, gym_spec, replay_env, snapshot_env, to_plain
-from prover_core.protocols import Step
+from prover_core.protocols import PolicyContext, Step
 from tests.hosts import require_host
 
 require_host("gymnasium")  # the modules above import it lazily; skip (or fail in CI) without it
@@ -32,10 +32,27 @@ def uniform(step: Step, rng: np.random.Generator) -> int:
     return int(actions[int(rng.integers(len(actions)))])
 
 
+class Uniform:
+    """The policy that plays ``uniform``: a uniformly random admissible action."""
+
+    def act(self, context: PolicyContext) -> int:
+        return uniform(Step(context.observation, info=context.info), context.rng)
+
+
+class Always:
+    """The policy that always plays one action."""
+
+    def __init__(self, action: int) -> None:
+        self.action = action
+
+    def act(self, context: PolicyContext) -> int:
+        return self.action
+
+
 def record(name: str, seed: int = 0, min_turns: int = 6) -> Trajectory:
     """A random-action episode with at least ``min_turns`` turns (the first such policy seed from ``seed``)."""
     for s in range(seed, seed + 200):
-        t = rollout(GymEnv(), SPECS[name], uniform, trajectory_id=f"{name}-{s}", group_id=name, seed=s)
+        t = rollout(GymEnv(), SPECS[name], Uniform(), trajectory_id=f"{name}-{s}", group_id=name, seed=s)
         if t.num_turns >= min_turns:
             return t
     raise AssertionError(f"no episode of {name} lasted {min_turns} turns")
@@ -119,7 +136,7 @@ def test_continuation_seeds_give_independent_futures(name: str) -> None:
 @given(turn=st.integers(0, 100), seed=st.integers(0, 2**32 - 1), policy_seed=st.integers(0, 50))
 def test_replay_and_snapshot_restore_the_same_state(turn: int, seed: int, policy_seed: int) -> None:
     """At any turn and seed, both restorers hand out episodes with identical futures."""
-    t = rollout(GymEnv(), SPECS["frozenlake-slippery"], uniform, trajectory_id="p", group_id="g", seed=policy_seed)
+    t = rollout(GymEnv(), SPECS["frozenlake-slippery"], Uniform(), trajectory_id="p", group_id="g", seed=policy_seed)
     turn = turn % t.num_turns
     future = [int(a) for a in np.random.default_rng(seed).integers(0, 4, size=30)]
     a = replay_env().restore(t, turn, seed)
@@ -185,7 +202,7 @@ def test_rollout_refuses_episodes_without_an_end() -> None:
         rollout(
             GymEnv(),
             gym_spec("CliffWalking-v1", 0),
-            lambda s, r: 0,
+            Always(0),
             trajectory_id="x",
             group_id="g",
             seed=0,
@@ -197,11 +214,10 @@ def test_compute_bonus_verifies_identically_with_replay_and_snapshot() -> None:
     """The whole loop on FrozenLake slippery: both restorers give the same verification, seed for seed."""
     spec = gym_spec("FrozenLake-v1", 0, is_slippery=True)
 
-    def towards_goal(step: Step, rng: np.random.Generator) -> int:
-        return int(rng.choice([1, 2]))  # down or right
+    class TowardsGoal:
+        """Down or right at random: one policy records the batch and continues it."""
 
-    class Policy:
-        def act(self, context: Any) -> int:
+        def act(self, context: PolicyContext) -> int:
             return int(context.rng.choice([1, 2]))
 
     batch = []
@@ -211,16 +227,32 @@ def test_compute_bonus_verifies_identically_with_replay_and_snapshot() -> None:
                 rollout(
                     GymEnv(),
                     {**spec, "seed": g},
-                    towards_goal,
+                    TowardsGoal(),
                     trajectory_id=f"g{g}r{i}",
                     group_id=f"g{g}",
                     seed=100 * g + i,
                 )
             )
     config = ProverConfig(k=8, seed=1)
-    by_replay = compute_bonus(batch, judge=RandomJudge(0), env=replay_env(), policy=Policy(), config=config)
-    by_snapshot = compute_bonus(batch, judge=RandomJudge(0), env=snapshot_env(), policy=Policy(), config=config)
+    by_replay = compute_bonus(batch, judge=RandomJudge(0), env=replay_env(), policy=TowardsGoal(), config=config)
+    by_snapshot = compute_bonus(batch, judge=RandomJudge(0), env=snapshot_env(), policy=TowardsGoal(), config=config)
     verified = [g for g in by_replay.report.groups if g.verification is not None]
     assert verified, "no group was eligible: the batch does not exercise verification"
     assert by_replay.report.groups == by_snapshot.report.groups
     assert not by_replay.report.skips
+
+
+def test_a_choose_function_is_deprecated_and_records_what_its_policy_records() -> None:
+    """The old ``choose(step, rng)`` shape still works, warns, and draws the same numbers as the Policy."""
+    spec = SPECS["frozenlake-slippery"]
+    with pytest.warns(DeprecationWarning, match="pass a Policy"):
+        old = rollout(GymEnv(), spec, uniform, trajectory_id="t", group_id="g", seed=5)
+    new = rollout(GymEnv(), spec, Uniform(), trajectory_id="t", group_id="g", seed=5)
+    assert old == new
+    rng = np.random.default_rng(5)  # the documented stream: context.rng is default_rng(seed)
+    env = GymEnv()
+    step = env.reset(spec)
+    for turn in new.turns:
+        assert turn.action == uniform(step, rng)
+        step = env.step(turn.action)
+    assert step.done and step.success == new.success

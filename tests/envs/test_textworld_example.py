@@ -29,6 +29,7 @@ def test_accepted_segments_hold_key_commands_more_often_than_random_segments(tex
     """One game (the session's game 3), 6 groups of 8, K = 8, the rule judge; see docs/environments.md for
     the per-game figures (on 2 of 6 games the rule judge's accepted segments do no better than random)."""
     example = load_example()
+    progress: list[str] = []
     summary, batch = example.run(
         games=1,
         first_game_seed=3,
@@ -37,8 +38,12 @@ def test_accepted_segments_hold_key_commands_more_often_than_random_segments(tex
         judges=["divergence"],
         cache_dir=str(textworld_cache),
         game_settings=GAME_SETTINGS,
+        progress=progress.append,
     )
     assert len(batch) == 48
+    wins = sum(t.success for t in batch)
+    assert progress[0].startswith(f"game 3 (1/1): 6 groups of 8 rolled out, {wins} won (")
+    assert progress[1:] == ["divergence judge: propose, verify (K = 8) and credit 48 episodes ..."]
     wins = sum(t.success for t in batch)
     assert 0 < wins < 48  # the follower's groups are mixed
     accepted = summary.of("divergence", "accepted")
