@@ -60,7 +60,7 @@ def test_a_trajectory_through_json_still_replays(name: str) -> None:
         restorers += [replay_env(), snapshot_env()]
     for restorer in restorers:
         for trajectory in (recorded, loaded):
-            for turn in range(trajectory.num_turns):
+            for turn in sorted({0, trajectory.num_turns // 2, trajectory.num_turns - 1}):
                 episode = restorer.restore(trajectory, turn, seed=turn)
                 assert np.array_equal(
                     np.asarray(episode.last.observation), np.asarray(recorded.turns[turn].observation)
