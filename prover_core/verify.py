@@ -24,12 +24,13 @@ async code bound to another event loop) are raised, never counted.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import zlib
 from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from prover_core._aio import call_user, loop_mismatch
+from prover_core._aio import call_user, in_thread, loop_mismatch
 from prover_core.acceptance import AcceptanceRule
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Segment, Trajectory, Turn, Verification
@@ -155,9 +156,19 @@ async def run_continuation(
 
 
 def env_continuer(env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool = False) -> Continuer:
-    """A :data:`Continuer` that restores ``env`` and runs ``policy`` in it."""
+    """A :data:`Continuer` that restores ``env`` and runs ``policy`` in it.
+
+    With ``threaded``, a fully synchronous pair (``restore`` and ``act`` plain methods) runs each
+    whole continuation in one thread on its own event loop; otherwise each synchronous call does.
+    """
+    whole = threaded and not (inspect.iscoroutinefunction(env.restore) or inspect.iscoroutinefunction(policy.act))
 
     async def go(trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+        if whole:
+            outcome: Outcome = await in_thread(
+                asyncio.run, run_continuation(env, policy, trajectory, turn, seed, max_turns)
+            )
+            return outcome
         return await run_continuation(env, policy, trajectory, turn, seed, max_turns, threaded)
 
     return go

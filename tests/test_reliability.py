@@ -204,14 +204,19 @@ def test_timeout_holds_for_a_blocking_synchronous_environment(gate: threading.Ev
                 gate.wait()
             return super().step(action)
 
+    class AsyncWait:
+        async def act(self, context: PolicyContext) -> str:
+            return "wait"
+
     config = ProverConfig(k=2, continuation_timeout_s=0.3)
     batch = key_group(["wait", "take", "wait", "wait"])
-    result = run_guarded(
-        lambda: compute_bonus(batch, judge=FixedJudge(0, 0), env=ReplayEnv(Stuck), policy=Wait(), config=config)
-    )
-    g = result.report.groups[0]
-    assert g.status == "skipped" and "ContinuationTimeoutError" in g.reason and no_bonus(result)
-    assert result.report.metrics(prefix="")["continuations_failed/timeout"] >= 1
+    for policy in (Wait(), AsyncWait()):  # whole continuation in a thread / each sync call in a thread
+        result = run_guarded(
+            lambda p=policy: compute_bonus(batch, judge=FixedJudge(0, 0), env=ReplayEnv(Stuck), policy=p, config=config)
+        )
+        g = result.report.groups[0]
+        assert g.status == "skipped" and "ContinuationTimeoutError" in g.reason and no_bonus(result)
+        assert result.report.metrics(prefix="")["continuations_failed/timeout"] >= 1
 
 
 def test_timeout_holds_for_a_blocking_synchronous_policy_and_hook(gate: threading.Event) -> None:
