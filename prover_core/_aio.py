@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -30,3 +32,52 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a daemon thread of its own; its result is then resolved on this loop.
+
+    The awaiting task can time out while ``fn`` blocks: the thread is then abandoned (it cannot be
+    killed), runs on until ``fn`` returns, and its result is dropped. Being a daemon it does not
+    keep the interpreter alive.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            (future.set_result if ok else future.set_exception)(value)
+
+    def work() -> None:
+        try:
+            ok, value = True, fn(*args)
+        except Exception as exc:
+            ok, value = False, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: the caller gave up long ago
+            loop.call_soon_threadsafe(settle, ok, value)
+
+    threading.Thread(target=work, name="prover-user-code", daemon=True).start()
+    return await resolve(await future)
+
+
+async def call_user(fn: Callable[..., Any], *args: Any, threaded: bool) -> Any:
+    """Call user code that may be sync or async; with ``threaded``, a sync ``fn`` runs in a thread
+    (:func:`in_thread`) so that the event loop, and any time limit on it, keeps running."""
+    if threaded and not inspect.iscoroutinefunction(fn):
+        return await in_thread(fn, *args)
+    return await resolve(fn(*args))
+
+
+_LOOP_MISMATCH = ("attached to a different loop", "bound to a different event loop", "different event loop")
+
+
+def loop_mismatch(error: BaseException) -> BaseException | None:
+    """The error in ``error``'s chain that says async code used another event loop's objects, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RuntimeError) and any(text in str(current) for text in _LOOP_MISMATCH):
+            return current
+        current = current.__cause__ or current.__context__
+    return None

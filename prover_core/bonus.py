@@ -14,12 +14,21 @@ adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that seg
 
 Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): one summary line per call
 at INFO, and each group's trigger, proposal and verification at DEBUG as they happen.
+
+Programming errors are not skips: an object that misses its protocol (a function as the policy,
+``judge=None``, a plain environment as ``env``) raises :class:`~prover_core.errors.ProtocolError`
+before anything runs, and async code bound to another event loop raises
+:class:`~prover_core.errors.EventLoopError`. A judge call is limited to ``config.judge_timeout_s``
+seconds (the group is skipped: "judge timed out"). Credit on a turn whose token span is empty has no
+token to land on: the group records it in ``uncredited_turns`` and a warning is logged, as it is
+when every eligible group of a call is skipped (logger ``prover_core``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,13 +41,14 @@ from prover_core._aio import run_sync
 from prover_core.config import ProverConfig
 from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Trajectory
-from prover_core.errors import InvalidBatchError, ProverError
+from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
 from prover_core.propose import propose
 from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
+from prover_core.restore import SnapshotEnv
 from prover_core.trigger import is_eligible, longest_failure, representative, success_rate
-from prover_core.verify import Continuer, env_continuer, hook_continuer, verify_segment_detailed
+from prover_core.verify import Continuer, env_continuer, hook_continuer, usage_error, verify_segment_detailed
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +102,29 @@ def group_batch(trajectories: Iterable[Trajectory | Mapping[str, Any]]) -> dict[
     return groups
 
 
+def _described(value: object) -> str:
+    if value is None:
+        return "None"
+    if callable(value) and not hasattr(value, "__self__") and hasattr(value, "__code__"):
+        return f"the function {getattr(value, '__qualname__', value)!r}"
+    return f"a {type(value).__name__}"
+
+
+def check_protocol(value: object, name: str, method: str, signature: str, hint: str = "") -> None:
+    """Raise :class:`ProtocolError` unless ``value`` has a callable ``method``."""
+    if not callable(getattr(value, method, None)):
+        raise ProtocolError(
+            f"{name} must be an object with a method {method}({signature}); got {_described(value)}"
+            + (hint and f". {hint}")
+        )
+
+
+def _check_env(env: object) -> None:
+    plain = callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
+    hint = "It looks like a plain environment (reset/step): pass ReplayEnv(make_env) or SnapshotEnv(make_env)"
+    check_protocol(env, "env", "restore", "trajectory, turn, seed", hint if plain else "")
+
+
 def _continuer(
     env: RestorableEnv | None,
     policy: Policy | None,
@@ -99,17 +132,35 @@ def _continuer(
     config: ProverConfig,
     executor: Continuer | None = None,
 ) -> Continuer:
+    threaded = config.continuation_timeout_s is not None  # so that the time limit holds over blocking code
     if executor is not None:
         if env is not None or policy is not None or continue_from is not None:
             raise ValueError("give executor alone, without env, policy or continue_from")
+        if not callable(executor):
+            raise ProtocolError(
+                f"executor must be callable as executor(trajectory, turn, seed); got {_described(executor)}"
+            )
         return executor
     if continue_from is not None:
         if env is not None or policy is not None:
             raise ValueError("give either continue_from or env and policy, not both")
-        return hook_continuer(continue_from)
+        if not callable(continue_from):
+            raise ProtocolError(
+                f"continue_from must be callable as continue_from(trajectory, turn, seed); "
+                f"got {_described(continue_from)}"
+            )
+        return hook_continuer(continue_from, threaded)
     if env is None or policy is None:
         raise ValueError("compute_bonus needs env and policy, or continue_from")
-    return env_continuer(env, policy, config.max_continuation_turns)
+    _check_env(env)
+    check_protocol(policy, "policy", "act", "context", "Wrap a function: class P: def act(self, context): ...")
+    return env_continuer(env, policy, config.max_continuation_turns, threaded)
+
+
+def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]:
+    """Turns of ``[start, end]`` whose token span is empty: credit there has no token to land on."""
+    spans = [(t, trajectory.turns[t].token_span) for t in range(start, end + 1)]
+    return tuple(t for t, span in spans if span is not None and span[0] == span[1])
 
 
 async def _credit_group(
@@ -146,9 +197,17 @@ async def _credit_group(
         )
 
     try:
-        answer = await propose(judge, success, failures, config.segment_rules)
-    except ProverError as exc:
+        answer = await asyncio.wait_for(propose(judge, success, failures, config.segment_rules), config.judge_timeout_s)
+    except asyncio.TimeoutError:  # propose() turns the judge's own errors into JudgeError: this is our limit
+        timed_out = JudgeTimeoutError(f"judge timed out after {config.judge_timeout_s} s")
         if config.strict:
+            raise timed_out from None
+        return record("skipped", "propose", f"{type(timed_out).__name__}: {timed_out}"), None
+    except ProverError as exc:
+        fatal = usage_error(exc)
+        if fatal is not None and fatal is not exc:
+            raise fatal from exc
+        if config.strict or fatal is not None:
             raise
         logger.debug("group %s: propose failed, skipped: %s: %s", group_id, type(exc).__name__, exc)
         return record("skipped", "propose", f"{type(exc).__name__}: {exc}"), None
@@ -175,7 +234,18 @@ async def _credit_group(
     if not verification.accepted:
         return record("rejected", "verify", verification.reason, **found), None
     bonus = segment_bonus(success.num_turns, answer.segment, verification.delta, lam)
-    return record("accepted", "verify", verification.reason, **found), (success.id, bonus)
+    uncredited = _uncredited(success, answer.segment.start, answer.segment.end)
+    if uncredited:
+        logger.warning(
+            "group %r: accepted credit %+.3f on turns %s of trajectory %r, whose token span is empty: "
+            "no token receives it (see GroupRecord.uncredited_turns)",
+            group_id,
+            lam * verification.delta,
+            list(uncredited),
+            success.id,
+        )
+    accepted = record("accepted", "verify", verification.reason, uncredited_turns=uncredited, **found)
+    return accepted, (success.id, bonus)
 
 
 async def acompute_bonus(
@@ -191,7 +261,11 @@ async def acompute_bonus(
     """The ``async`` form of :func:`compute_bonus`; eligible groups are judged and verified concurrently."""
     started = time.perf_counter()
     config = config or ProverConfig()
+    check_protocol(judge, "judge", "propose", "success, failures, rules")
     continuer = _continuer(env, policy, continue_from, config, executor)
+    for cache in (env, getattr(executor, "snapshots", None)):
+        if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
+            cache.clear()
     new_step = getattr(judge, "new_step", None)
     if callable(new_step):  # one call is one training step: per-step budgets and stats start afresh
         new_step()
@@ -230,6 +304,7 @@ async def acompute_bonus(
         if credit is not None:
             turn_bonus[credit[0]] = credit[1]
 
+    _warn_if_all_skipped([records[gid] for gid, _ in eligible])
     stats = getattr(judge, "stats", None)
     report = Report(
         groups=[records[gid] for gid in groups],
@@ -257,6 +332,22 @@ def _summary(report: Report, seconds: float) -> str:
     )
 
 
+def _warn_if_all_skipped(eligible: list[GroupRecord]) -> None:
+    """Log a warning when every eligible group of a call fell back to GRPO (likely a setup error)."""
+    if not eligible or any(g.status != "skipped" for g in eligible):
+        return
+    kinds = {(g.stage, re.sub(r"\d+(\.\d+)?", "#", g.reason)) for g in eligible}
+    first = eligible[0]
+    logger.warning(
+        "all %d eligible groups were skipped and keep plain GRPO credit, %s; e.g. group %r at %s: %s",
+        len(eligible),
+        "for one reason" if len(kinds) == 1 else f"for {len(kinds)} different reasons",
+        first.group_id,
+        first.stage,
+        first.reason,
+    )
+
+
 def compute_bonus(
     trajectories: Iterable[Trajectory | Mapping[str, Any]],
     *,
@@ -272,8 +363,10 @@ def compute_bonus(
     Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`Policy`), or the
     low-level ``continue_from(trajectory, turn, seed)``, or an ``executor`` from
     :mod:`prover_core.executors` (e.g. a ``RayExecutor``) that runs continuations elsewhere.
-    Safe to call from inside a running event loop.
-    Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch.
+    Safe to call from inside a running event loop, except with async objects bound to that loop
+    (:class:`~prover_core.errors.EventLoopError`: use ``await acompute_bonus(...)`` there).
+    Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
+    :class:`~prover_core.errors.ProtocolError` on objects that miss their protocol.
     """
     return run_sync(
         acompute_bonus(

@@ -15,11 +15,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer, field_validator, model_validator
+from pydantic_core import to_jsonable_python
 
-from prover_core.errors import InvalidSegmentError
+from prover_core.errors import InvalidOutcomeError, InvalidSegmentError
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+def as_binary(value: Any, what: str = "success") -> bool:
+    """``value`` as a binary reward: ``0``/``1``, ``0.0``/``1.0``, ``False``/``True`` (numpy's too).
+
+    Anything else (``2``, ``-1``, ``0.5``, NaN, ``None``, ``"False"``) raises ``ValueError``: a
+    non-binary value must never count as a success.
+    """
+    problem = f"{what} must be a binary reward (0/1 or bool), got {value!r} ({type(value).__name__})"
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, str | bytes) or value is None:
+        raise ValueError(problem)
+    try:
+        number = float(value)  # ints, numpy and torch scalars
+    except (TypeError, ValueError):
+        raise ValueError(problem) from None
+    if number not in (0.0, 1.0):  # NaN included
+        raise ValueError(problem)
+    return number == 1.0
+
+
+def json_plain(value: Any) -> Any:
+    """``value`` as JSON would carry it: tuples and arrays become lists, numpy scalars numbers,
+    mapping keys strings. Two observations equal after this are the same observation on the wire."""
+    return to_jsonable_python(value, fallback=_jsonable_fallback)
+
+
+def _jsonable_fallback(value: Any) -> Any:
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"cannot turn {type(value).__name__} into JSON")
 
 
 class Turn(BaseModel):
@@ -32,6 +66,10 @@ class Turn(BaseModel):
     token_span: tuple[int, int] | None = None
     """Half-open ``[start, end)`` positions of this turn's action tokens in the training sequence."""
     info: dict[str, Any] = Field(default_factory=dict)
+
+    @field_serializer("observation", "action", "info", when_used="json")
+    def _plain(self, value: Any) -> Any:  # numpy arrays and scalars travel as lists and numbers
+        return json_plain(value)
 
     @field_validator("token_span")
     @classmethod
@@ -57,17 +95,10 @@ class Trajectory(BaseModel):
     @field_validator("success", mode="before")
     @classmethod
     def _binary(cls, value: Any) -> bool:
-        if isinstance(value, str) or value is None:
-            raise ValueError(f"success must be a binary reward (0/1 or bool), got {value!r}")
         try:
-            as_float = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"success must be a binary reward (0/1 or bool), got {value!r}") from None
-        if as_float not in (0.0, 1.0):
-            raise ValueError(
-                f"success must be a binary reward (0/1 or bool), got {value!r}; ProVer needs binary terminal rewards"
-            )
-        return as_float == 1.0
+            return as_binary(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; ProVer needs binary terminal rewards") from None
 
     @model_validator(mode="after")
     def _spans_increasing(self) -> Trajectory:
@@ -202,7 +233,22 @@ class Verification(BaseModel):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The result of one continuation: did it succeed, and how many policy turns did it take."""
+    """The result of one continuation: did it succeed, and how many policy turns did it take.
+
+    Validated like the batch: ``success`` must be binary (see :func:`as_binary`) and ``turns`` a
+    non-negative integer, else :class:`~prover_core.errors.InvalidOutcomeError`.
+    """
 
     success: bool
     turns: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            success = as_binary(self.success, "a continuation's success")
+        except ValueError as exc:
+            raise InvalidOutcomeError(f"invalid outcome: {exc}") from None
+        turns = self.turns
+        if isinstance(turns, bool) or not isinstance(turns, int | np.integer) or turns < 0:
+            raise InvalidOutcomeError(f"invalid outcome: turns must be a non-negative int, got {turns!r}")
+        object.__setattr__(self, "success", success)
+        object.__setattr__(self, "turns", int(turns))

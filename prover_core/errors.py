@@ -38,14 +38,15 @@ class ReplayMismatchError(RestoreError):
     (and credit) the wrong thing.
     """
 
-    def __init__(self, trajectory_id: str, turn: int, expected: object, got: object) -> None:
+    def __init__(self, trajectory_id: str, turn: int, expected: object, got: object, detail: str = "") -> None:
         self.trajectory_id = trajectory_id
         self.turn = turn
         self.expected = expected
         self.got = got
         super().__init__(
             f"replay of trajectory {trajectory_id!r} diverged at turn {turn}: "
-            f"expected observation {_short(expected)}, got {_short(got)}"
+            f"expected observation {_short(expected)} ({_type(expected)}), got {_short(got)} ({_type(got)})"
+            + (f"; {detail}" if detail else "")
         )
 
 
@@ -79,6 +80,43 @@ class TokenRecordError(ProverError, ValueError):
 
 class WorkerLostError(ContinuationError):
     """The worker process running a continuation died (or was killed after a timeout)."""
+
+
+class InvalidOutcomeError(ContinuationError, ValueError):
+    """A continuation's outcome is not binary (``success`` other than 0/1/bool, ``turns`` negative, ...).
+
+    Counted as a failed continuation of kind ``invalid_outcome``, never as a success.
+    """
+
+
+class JudgeTimeoutError(JudgeError):
+    """A judge did not answer within ``ProverConfig.judge_timeout_s`` seconds."""
+
+
+class UsageError(ProverError):
+    """The library is being used wrongly (a programming or setup error): raised at once from
+    ``compute_bonus``, never recorded as a per-group skip."""
+
+
+class ProtocolError(UsageError, TypeError):
+    """An object does not implement the protocol it is passed as (a function as a policy, ``judge=None``, ...)."""
+
+
+class EventLoopError(UsageError, RuntimeError):
+    """Async user code is bound to another event loop than the one ``compute_bonus`` runs on."""
+
+
+class MissingReseedError(UsageError, ValueError):
+    """A restorer was told to refuse environments without ``reseed(seed)`` and got one."""
+
+
+class ResourceError(UsageError, ValueError):
+    """An executor asks for more than is available (more Ray workers than CPUs, ...)."""
+
+
+def _type(value: object) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _short(value: object, limit: int = 80) -> str:

@@ -20,6 +20,11 @@ so a continuation that never ends cannot hold a worker), a dead worker
 the policy :class:`~prover_core.errors.ContinuationError` (or :class:`~prover_core.errors.RestoreError`).
 A thread cannot be killed: a blocking continuation past its wall-time limit is abandoned (counted as
 timed out) and its thread finishes on its own; use the Ray executor for environments that can hang.
+
+Setup errors are raised, not counted: a worker whose factories fail or build objects that miss their
+protocol (a plain ``reset``/``step`` environment where a :class:`RestorableEnv` is needed) raises
+:class:`~prover_core.errors.ProtocolError` / :class:`~prover_core.errors.UsageError`, and asking
+for more Ray CPUs than the cluster has raises :class:`~prover_core.errors.ResourceError`.
 """
 
 from __future__ import annotations
@@ -39,11 +44,15 @@ from prover_core.errors import (
     ContinuationError,
     ContinuationLimitError,
     ContinuationTimeoutError,
+    InvalidOutcomeError,
+    ProtocolError,
+    ResourceError,
     RestoreError,
+    UsageError,
     WorkerLostError,
 )
 from prover_core.protocols import ContinueFn, Policy, RestorableEnv
-from prover_core.restore import LiveEpisode, SnapshotEnv
+from prover_core.restore import LiveEpisode, SnapshotEnv, content_key
 from prover_core.verify import Continuer, env_continuer, hook_continuer
 
 RestorableEnvFactory = Callable[[], RestorableEnv]
@@ -53,15 +62,33 @@ HookFactory = Callable[[], ContinueFn]
 
 
 def _make_continuer(
-    env: RestorableEnv | None, policy: Policy | None, continue_from: ContinueFn | None, max_turns: int
+    env: RestorableEnv | None,
+    policy: Policy | None,
+    continue_from: ContinueFn | None,
+    max_turns: int,
+    threaded: bool = False,
 ) -> Continuer:
     if continue_from is not None:
         if env is not None or policy is not None:
             raise ValueError("give either continue_from or env and policy, not both")
-        return hook_continuer(continue_from)
+        if not callable(continue_from):
+            raise ProtocolError(f"continue_from must be callable, got a {type(continue_from).__name__}")
+        return hook_continuer(continue_from, threaded)
     if env is None or policy is None:
         raise ValueError("an executor needs env and policy, or continue_from")
-    return env_continuer(env, policy, max_turns)
+    if not callable(getattr(env, "restore", None)):
+        plain = callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
+        raise ProtocolError(
+            f"env must have restore(trajectory, turn, seed); got a {type(env).__name__}"
+            + (
+                ": a plain environment (reset/step); wrap its factory: ReplayEnv(make_env) or SnapshotEnv(make_env)"
+                if plain
+                else ""
+            )
+        )
+    if not callable(getattr(policy, "act", None)):
+        raise ProtocolError(f"policy must have act(context); got a {type(policy).__name__}")
+    return env_continuer(env, policy, max_turns, threaded)
 
 
 def _run_to_end(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
@@ -79,7 +106,8 @@ class LocalExecutor:
     ``threads=0`` (default) awaits each continuation on the caller's event loop (right for async
     policies and environments, which then overlap); ``threads=N`` runs each one to completion on its
     own event loop in one of ``N`` threads, so that blocking ``step`` calls overlap. ``timeout_s``
-    bounds each continuation's wall time.
+    bounds each continuation's wall time; with ``threads=0`` it makes synchronous user code run in
+    threads of its own so that the limit holds while it blocks (a blocked thread is abandoned).
     """
 
     def __init__(
@@ -94,7 +122,8 @@ class LocalExecutor:
     ) -> None:
         if threads < 0:
             raise ValueError("threads must be >= 0")
-        self._continuer = _make_continuer(env, policy, continue_from, max_turns)
+        threaded = timeout_s is not None and not threads
+        self._continuer = _make_continuer(env, policy, continue_from, max_turns, threaded)
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="prover") if threads else None
 
@@ -136,31 +165,45 @@ class _Restored:
 
 
 class _Worker:
-    """The body of a Ray actor: builds its own env + policy (or hook) once, then runs continuations."""
+    """The body of a Ray actor: builds its own env + policy (or hook) once, then runs continuations.
+
+    A setup failure is kept and reported by :meth:`ping` and every run (as ``("usage", ...)``), so
+    that the driver raises it instead of counting a dead worker per continuation.
+    """
 
     def __init__(self, factories: bytes, max_turns: int) -> None:
-        make_restorable_env, make_policy, make_hook = pickle.loads(factories)
-        self.env = make_restorable_env() if make_restorable_env is not None else None
-        self.policy = make_policy() if make_policy is not None else None
-        self.hook = make_hook() if make_hook is not None else None
+        self.setup_error: tuple[str, str] | None = None
+        self.continuer: Continuer | None = None
+        self.policy: Policy | None = None
         self.max_turns = max_turns
-        self.continuer = (
-            _make_continuer(self.env, self.policy, self.hook, max_turns)
-            if self.hook is not None or self.env is not None
-            else None
-        )
+        try:
+            make_env, make_policy, make_hook = pickle.loads(factories)
+            self.env = make_env() if make_env is not None else None
+            self.policy = make_policy() if make_policy is not None else None
+            self.hook = make_hook() if make_hook is not None else None
+            if self.policy is not None and not callable(getattr(self.policy, "act", None)):
+                raise ProtocolError(f"make_policy built a {type(self.policy).__name__}, which has no act(context)")
+            if self.hook is not None or self.env is not None:
+                self.continuer = _make_continuer(self.env, self.policy, self.hook, max_turns)
+        except Exception as exc:
+            self.setup_error = (type(exc).__name__, f"the Ray worker's setup failed: {type(exc).__name__}: {exc}")
 
-    def ping(self) -> bool:
-        return True
+    def ping(self) -> tuple[str, str] | None:
+        """``None`` when the worker is ready, else its setup error (type name, message)."""
+        return self.setup_error
 
     def run(self, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
         """``("ok", success, turns)`` or ``(error kind, type name, message)``; errors never escape raw."""
+        if self.setup_error is not None:
+            return ("usage", *self.setup_error)
         if self.continuer is None:
             return ("error", "ValueError", "this worker has no environment; send snapshots")
         return _guarded(self.continuer, trajectory, turn, seed)
 
     def run_snapshot(self, snapshot: bytes, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
         """Like :meth:`run`, from a pickled episode in state ``s_turn`` (a fresh copy per call)."""
+        if self.setup_error is not None:
+            return ("usage", *self.setup_error)
         if self.policy is None:
             return ("error", "ValueError", "snapshots need make_policy")
         try:
@@ -173,6 +216,10 @@ class _Worker:
 def _guarded(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
     try:
         outcome = _run_to_end(continuer, trajectory, turn, seed)
+    except UsageError as exc:
+        return ("usage", type(exc).__name__, str(exc))
+    except InvalidOutcomeError as exc:
+        return ("invalid_outcome", type(exc).__name__, str(exc))
     except ContinuationLimitError as exc:
         return ("turn_limit", type(exc).__name__, str(exc))
     except RestoreError as exc:
@@ -248,7 +295,23 @@ class RayExecutor:
             raise ValueError("give either make_continue_from or make_restorable_env and make_policy, not both")
         if num_workers < 1:
             raise ValueError("num_workers must be >= 1")
+        for name, factory in (
+            ("make_env", make_env),
+            ("make_policy", make_policy),
+            ("make_continue_from", make_continue_from),
+        ):
+            if factory is not None and not callable(factory):
+                raise ProtocolError(f"{name} must be a picklable factory (a callable), got a {type(factory).__name__}")
         ray = _ray()
+        if not ray.is_initialized():
+            ray.init()
+        cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        if num_workers * num_cpus_per_worker > cpus:
+            raise ResourceError(
+                f"{num_workers} Ray workers x {num_cpus_per_worker} CPU need {num_workers * num_cpus_per_worker:g} "
+                f"CPUs but the Ray cluster has {cpus:g}: the extra workers would never start. Use fewer workers "
+                "or a fractional num_cpus_per_worker"
+            )
         from ray import cloudpickle  # Ray's own copy; pickles lambdas and closures
 
         pickler: Any = cloudpickle
@@ -274,8 +337,13 @@ class RayExecutor:
         return _Slot(self._actor_cls.remote(self._factories, self.max_turns))
 
     def ready(self, timeout_s: float = 120.0) -> None:
-        """Block until every worker has started (optional; the first continuations wait otherwise)."""
-        _ray().get([slot.handle.ping.remote() for slot in self._slots], timeout=timeout_s)
+        """Block until every worker has started (optional; the first continuations wait otherwise).
+
+        Raises :class:`UsageError` (:class:`ProtocolError` for objects that miss their protocol) when
+        a worker's setup failed.
+        """
+        for error in _ray().get([slot.handle.ping.remote() for slot in self._slots], timeout=timeout_s):
+            _raise_setup_error(error)
         for slot in self._slots:
             slot.started = True
 
@@ -300,7 +368,8 @@ class RayExecutor:
 
     def _submit(self, slot: _Slot, trajectory: Trajectory, turn: int, seed: int) -> Any:
         """Send the restore state: the trajectory as a replay spec, or a pickled snapshot of ``s_turn``."""
-        spec = self._object_ref(trajectory.id, lambda: trajectory)
+        digest = content_key(trajectory, trajectory.num_turns - 1)  # ids may be reused across steps
+        spec = self._object_ref((trajectory.id, digest) if digest else trajectory, lambda: trajectory)
         if self.snapshots is None:
             return slot.handle.run.remote(spec, turn, seed)
         snapshots = self.snapshots
@@ -309,7 +378,8 @@ class RayExecutor:
             blob: bytes = self._pickler.dumps(snapshots.snapshot(trajectory, turn))
             return blob
 
-        snap = self._object_ref((trajectory.id, turn), pickled)
+        key = content_key(trajectory, turn)
+        snap = self._object_ref(("snapshot", key) if key else (trajectory, turn), pickled)
         return slot.handle.run_snapshot.remote(snap, spec, turn, seed)
 
     async def _acquire(self) -> _Slot:
@@ -342,11 +412,12 @@ class RayExecutor:
         ray = _ray()
         if not slot.started:
             try:
-                await self._wait(slot.handle.ping.remote(), self.startup_timeout_s)
+                setup_error = await self._wait(slot.handle.ping.remote(), self.startup_timeout_s)
             except (asyncio.TimeoutError, ray.exceptions.RayError) as exc:
                 self.workers_lost += 1
                 lost = WorkerLostError(f"a Ray worker did not start: {type(exc).__name__}")
                 raise _Lost(self._replace(slot), lost) from None
+            _raise_setup_error(setup_error)
             slot.started = True
         try:
             result = await self._wait(self._submit(slot, trajectory, turn, seed), self.timeout_s)
@@ -375,7 +446,11 @@ class RayExecutor:
             await self._release(slot)
         if status == "ok":
             return Outcome(success=bool(a), turns=int(b))
+        if status == "usage":
+            _raise_setup_error((a, b))
         message = f"continuation raised on a Ray worker: {a}: {b}"
+        if status == "invalid_outcome":
+            raise InvalidOutcomeError(message)
         if status == "turn_limit":
             raise ContinuationLimitError(message)
         if status == "restore":
@@ -393,6 +468,14 @@ class RayExecutor:
             with contextlib.suppress(Exception):
                 ray.kill(slot.handle, no_restart=True)
         self._slots, self._idle = [], []
+
+
+def _raise_setup_error(error: tuple[str, str] | None) -> None:
+    """Raise a worker's setup error on the driver (typed: protocol errors stay :class:`ProtocolError`)."""
+    if error is None:
+        return
+    name, message = error
+    raise (ProtocolError if name in ("ProtocolError", "TypeError") else UsageError)(message)
 
 
 class _Lost(Exception):

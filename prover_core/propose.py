@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prover_core._aio import resolve
+from prover_core._aio import call_user
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 from prover_core.errors import InvalidSegmentError, JudgeError, ProverError
 from prover_core.protocols import Judge
@@ -23,7 +23,7 @@ async def propose(
     :class:`InvalidSegmentError` if its segment breaks ``rules``.
     """
     try:
-        answer = await resolve(judge.propose(success, failures, rules))
+        answer = await call_user(judge.propose, success, failures, rules, threaded=True)  # sync judges overlap
     except ProverError:
         raise
     except Exception as exc:

@@ -12,8 +12,8 @@ from prover_core.data import Proposal, Verification
 Status = Literal["not_eligible", "declined", "skipped", "rejected", "accepted"]
 Stage = Literal["trigger", "propose", "verify", "credit"]
 Direction = Literal["gain", "drop"]
-FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "error"]
-FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "error")
+FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error")
 
 
 class VerifyStats(BaseModel):
@@ -64,6 +64,8 @@ class GroupRecord(BaseModel):
     direction: Direction = "gain"
     """``gain``: the paper's positive credit on a successful run; ``drop``: negative credit on a failed run."""
     verify_stats: VerifyStats | None = None
+    uncredited_turns: tuple[int, ...] = ()
+    """Turns of an accepted segment whose token span is empty: their credit reaches no token."""
 
 
 class Report(BaseModel):
@@ -137,6 +139,7 @@ class Report(BaseModel):
             "mean_delta_accepted": (
                 sum(g.verification.delta for g in accepted if g.verification) / len(accepted) if accepted else 0.0
             ),
+            "uncredited_turns": sum(len(g.uncredited_turns) for g in self.groups),
             "mean_segment_turns": (
                 sum(g.proposal.segment.num_turns for g in accepted if g.proposal) / len(accepted) if accepted else 0.0
             ),

@@ -8,21 +8,38 @@
   environments whose state can be copied (``copy.deepcopy`` by default).
 
 After restoring, both call ``env.reseed(seed)`` when the environment has it, so that the future
-randomness of each continuation is its own (see :meth:`RestorableEnv.restore`).
+randomness of each continuation is its own (see :meth:`RestorableEnv.restore`). An environment
+without ``reseed`` gives the K continuations from one state the same environment randomness (only
+the policy's differs): a stochastic one then biases ``Delta``. ``missing_reseed`` says what happens:
+``"warn"`` (default; one warning on the ``prover_core`` logger per restorer), ``"error"``
+(:class:`~prover_core.errors.MissingReseedError`) or ``"ignore"``. A deterministic environment
+declares itself with a no-op ``reseed``.
+
+Observations are compared by :func:`observations_equal`: equal, or equal once both are in the form
+JSON gives them (tuples and arrays as lists), so a trajectory loaded from JSON still replays.
 """
 
 from __future__ import annotations
 
 import copy
-import operator
+import hashlib
+import logging
+import pickle
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from prover_core.data import Trajectory
-from prover_core.errors import ProverError, ReplayMismatchError, RestoreError
+import numpy as np
+
+from prover_core.data import Trajectory, json_plain
+from prover_core.errors import MissingReseedError, ProverError, ReplayMismatchError, RestoreError
 from prover_core.protocols import Step
+
+logger = logging.getLogger("prover_core")
+
+MissingReseed = Literal["warn", "error", "ignore"]
 
 
 class Env(Protocol):
@@ -49,10 +66,47 @@ class LiveEpisode:
         return self.last
 
 
-def _reseed(env: Env, seed: int) -> None:
-    reseed = getattr(env, "reseed", None)
-    if reseed is not None:
-        reseed(seed)
+def observations_equal(expected: Any, got: Any) -> bool:
+    """``expected == got``, or equal after :func:`~prover_core.data.json_plain` (arrays compare whole)."""
+    try:
+        same = expected == got
+        if isinstance(same, np.ndarray):  # an array on either side compares elementwise
+            same = same.shape == np.shape(expected) == np.shape(got) and bool(same.all())
+        if same is True or (isinstance(same, bool | np.bool_) and bool(same)):
+            return True
+    except Exception:  # objects whose == raises
+        pass
+    try:
+        return bool(json_plain(expected) == json_plain(got))
+    except TypeError:
+        return False
+
+
+def describe_difference(expected: Any, got: Any, limit: int = 40) -> str:
+    """Where two observations first differ: a character, an index or a key (``""`` if not found)."""
+    try:
+        a, b = json_plain(expected), json_plain(got)
+    except TypeError:
+        return ""
+    path = ""
+    while True:
+        if isinstance(a, str) and isinstance(b, str):
+            c = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            where = f"{path} " if path else ""
+            return f"first difference at {where}character {c}: {a[c : c + limit]!r} != {b[c : c + limit]!r}"
+        if isinstance(a, list) and isinstance(b, list):
+            i = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+            if i is None:
+                return f"first difference at {path or 'top'}: lengths {len(a)} != {len(b)}"
+            a, b, path = a[i], b[i], f"{path}[{i}]"
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                return f"first difference at {path or 'top'}: keys {sorted(a.keys() ^ b.keys())} in only one"
+            key = next(k for k in a if a[k] != b[k])
+            a, b, path = a[key], b[key], f"{path}[{key!r}]"
+            continue
+        return f"first difference at {path or 'top'}: {a!r} != {b!r}" if path else ""
 
 
 class ReplayEnv:
@@ -61,10 +115,32 @@ class ReplayEnv:
     def __init__(
         self,
         make_env: Callable[[], Env],
-        observation_equal: Callable[[Any, Any], bool] = operator.eq,
+        observation_equal: Callable[[Any, Any], bool] = observations_equal,
+        missing_reseed: MissingReseed = "warn",
     ) -> None:
+        if missing_reseed not in ("warn", "error", "ignore"):
+            raise ValueError(f"missing_reseed must be 'warn', 'error' or 'ignore', got {missing_reseed!r}")
         self.make_env = make_env
         self.observation_equal = observation_equal
+        self.missing_reseed = missing_reseed
+        self._warned = False
+
+    def reseed(self, env: Env, seed: int) -> None:
+        """``env.reseed(seed)``; an environment without it is warned about or refused (``missing_reseed``)."""
+        reseed = getattr(env, "reseed", None)
+        if reseed is not None:
+            reseed(seed)
+            return
+        message = (
+            f"{type(env).__name__} has no reseed(seed): every continuation from one restored state gets the "
+            "same environment randomness, so the K continuations of a stochastic environment are identical "
+            "and Delta is biased. Give it reseed(seed) (a no-op if it is deterministic)"
+        )
+        if self.missing_reseed == "error":
+            raise MissingReseedError(message)
+        if self.missing_reseed == "warn" and not self._warned:
+            self._warned = True
+            logger.warning(message + "; missing_reseed='ignore' silences this.")
 
     def replay(self, trajectory: Trajectory, turn: int) -> LiveEpisode:
         """A fresh episode in state ``s_turn``, or :class:`RestoreError` / :class:`ReplayMismatchError`."""
@@ -92,44 +168,68 @@ class ReplayEnv:
     def _check(self, trajectory: Trajectory, t: int, step: Step) -> None:
         expected = trajectory.turns[t].observation
         if not self.observation_equal(expected, step.observation):
-            raise ReplayMismatchError(trajectory.id, t, expected, step.observation)
+            detail = describe_difference(expected, step.observation)
+            raise ReplayMismatchError(trajectory.id, t, expected, step.observation, detail)
         if step.done:
             raise RestoreError(f"replay of trajectory {trajectory.id!r} ended before turn {t}")
 
     def restore(self, trajectory: Trajectory, turn: int, seed: int) -> LiveEpisode:
         episode = self.replay(trajectory, turn)
-        _reseed(episode.env, seed)
+        self.reseed(episode.env, seed)
         return episode
+
+
+def content_key(trajectory: Trajectory, turn: int) -> str | None:
+    """A digest of what fixes state ``s_turn``: the reset spec, the actions before ``turn`` and the
+    observations up to it. ``None`` when they do not pickle (then nothing is cached)."""
+    prefix = trajectory.turns[: turn + 1]
+    content = (trajectory.reset, [t.action for t in prefix[:-1]], [t.observation for t in prefix])
+    try:
+        blob = pickle.dumps(content, protocol=5)
+    except Exception:
+        return None
+    return hashlib.sha256(blob).hexdigest()
 
 
 class SnapshotEnv:
     """Restores by copying a snapshot taken once per boundary (replaying to it the first time).
 
     ``copy_env`` copies a live environment exactly, including its random generator; ``max_snapshots``
-    bounds the cache (least recently used snapshots are dropped).
+    bounds the cache (least recently used snapshots are dropped). Snapshots are keyed by
+    :func:`content_key`, not by trajectory id, so a trainer that reuses ids across steps never
+    restores another episode's state; ``compute_bonus`` also clears the cache at each call.
     """
 
     def __init__(
         self,
         make_env: Callable[[], Env],
         copy_env: Callable[[Env], Env] = copy.deepcopy,
-        observation_equal: Callable[[Any, Any], bool] = operator.eq,
+        observation_equal: Callable[[Any, Any], bool] = observations_equal,
         max_snapshots: int = 1024,
+        missing_reseed: MissingReseed = "warn",
     ) -> None:
-        self._replay = ReplayEnv(make_env, observation_equal)
+        self._replay = ReplayEnv(make_env, observation_equal, missing_reseed)
         self.copy_env = copy_env
         self.max_snapshots = max_snapshots
-        self._snapshots: OrderedDict[tuple[str, int], LiveEpisode] = OrderedDict()
+        self._snapshots: OrderedDict[str, LiveEpisode] = OrderedDict()
+        self._lock = threading.Lock()  # continuations may restore from several threads
+
+    content_key = staticmethod(content_key)
 
     def snapshot(self, trajectory: Trajectory, turn: int) -> LiveEpisode:
-        key = (trajectory.id, turn)
-        if key in self._snapshots:
-            self._snapshots.move_to_end(key)
-            return self._snapshots[key]
+        key = content_key(trajectory, turn)
+        if key is None:
+            return self._replay.replay(trajectory, turn)
+        with self._lock:
+            if key in self._snapshots:
+                self._snapshots.move_to_end(key)
+                return self._snapshots[key]
         episode = self._replay.replay(trajectory, turn)
-        self._snapshots[key] = episode
-        if len(self._snapshots) > self.max_snapshots:
-            self._snapshots.popitem(last=False)
+        with self._lock:
+            episode = self._snapshots.setdefault(key, episode)
+            self._snapshots.move_to_end(key)
+            while len(self._snapshots) > self.max_snapshots:
+                self._snapshots.popitem(last=False)
         return episode
 
     def restore(self, trajectory: Trajectory, turn: int, seed: int) -> LiveEpisode:
@@ -138,9 +238,10 @@ class SnapshotEnv:
             env = self.copy_env(snap.env)
         except Exception as exc:
             raise RestoreError(f"could not copy the environment snapshot: {type(exc).__name__}: {exc}") from exc
-        _reseed(env, seed)
+        self._replay.reseed(env, seed)
         return LiveEpisode(env=env, last=snap.last)
 
     def clear(self) -> None:
-        """Drop every cached snapshot (call between training steps)."""
-        self._snapshots.clear()
+        """Drop every cached snapshot (``compute_bonus`` does at the start of each call)."""
+        with self._lock:
+            self._snapshots.clear()

@@ -12,20 +12,25 @@ For segment ``[l, r]`` of the successful trajectory, K continuations of the curr
 :mod:`prover_core.sequential`.
 
 Failures never hang or silently count: a continuation that raises, runs past
-``max_continuation_turns`` or past ``continuation_timeout_s`` seconds, or whose worker dies, is
-counted by kind in :class:`~prover_core.report.VerifyStats`; a boundary with more failures than
-``k - required_finished`` is not accepted (the verification is ``incomplete``).
+``max_continuation_turns`` or past ``continuation_timeout_s`` seconds, ends with a non-binary
+outcome, or whose worker dies, is counted by kind in :class:`~prover_core.report.VerifyStats`; a
+boundary with more failures than ``k - required_finished`` is not accepted (the verification is
+``incomplete``). With ``continuation_timeout_s`` set, synchronous user code (``restore``, ``act``,
+``step``, ``continue_from``) runs in threads so that the limit holds while it blocks; a blocked
+thread is abandoned, not killed. Programming errors (:class:`~prover_core.errors.UsageError`,
+async code bound to another event loop) are raised, never counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import zlib
 from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from prover_core._aio import resolve
+from prover_core._aio import call_user, in_thread, loop_mismatch
 from prover_core.acceptance import AcceptanceRule
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Segment, Trajectory, Turn, Verification
@@ -33,8 +38,11 @@ from prover_core.errors import (
     ContinuationError,
     ContinuationLimitError,
     ContinuationTimeoutError,
+    EventLoopError,
+    InvalidOutcomeError,
     ProverError,
     RestoreError,
+    UsageError,
     WorkerLostError,
 )
 from prover_core.protocols import ContinueFn, Policy, PolicyContext, RestorableEnv, policy_rng
@@ -98,6 +106,8 @@ def accept(
 
 def failure_kind(error: BaseException) -> FailureKind:
     """The bookkeeping class of a failed continuation."""
+    if isinstance(error, InvalidOutcomeError):
+        return "invalid_outcome"
     if isinstance(error, ContinuationLimitError):
         return "turn_limit"
     if isinstance(error, ContinuationTimeoutError | TimeoutError):
@@ -110,54 +120,92 @@ def failure_kind(error: BaseException) -> FailureKind:
 
 
 async def run_continuation(
-    env: RestorableEnv, policy: Policy, trajectory: Trajectory, turn: int, seed: int, max_turns: int
+    env: RestorableEnv,
+    policy: Policy,
+    trajectory: Trajectory,
+    turn: int,
+    seed: int,
+    max_turns: int,
+    threaded: bool = False,
 ) -> Outcome:
     """Restore ``s_turn`` of ``trajectory`` and let ``policy`` act until the episode ends.
 
     The policy's context is the recorded history before ``turn`` plus its own new turns.
-    Raises :class:`ContinuationLimitError` after ``max_turns`` turns without an end, and
-    :class:`ContinuationError` when the policy or the environment raises while acting.
+    Raises :class:`ContinuationLimitError` after ``max_turns`` turns without an end,
+    :class:`ContinuationError` when the policy or the environment raises while acting, and
+    :class:`InvalidOutcomeError` when the final step's ``success`` is not binary. With
+    ``threaded``, synchronous ``restore``, ``act`` and ``step`` run in threads (see module docs).
     """
-    episode = await resolve(env.restore(trajectory, turn, seed))
+    episode = await call_user(env.restore, trajectory, turn, seed, threaded=threaded)
     history: list[Turn] = list(trajectory.turns[:turn])
     step = episode.last
     rng = policy_rng(seed)
     for taken in range(max_turns):
         try:
             context = PolicyContext(trajectory, tuple(history), step.observation, step.info, seed, rng, turn)
-            action = await resolve(policy.act(context))
+            action = await call_user(policy.act, context, threaded=threaded)
             history.append(Turn(observation=step.observation, action=action))
-            step = await resolve(episode.step(action))
+            step = await call_user(episode.step, action, threaded=threaded)
         except ProverError:
             raise
         except Exception as exc:
             raise ContinuationError(f"continuation raised at its turn {taken}: {type(exc).__name__}: {exc}") from exc
         if step.done:
-            return Outcome(success=bool(step.success), turns=taken + 1)
+            return Outcome(success=step.success, turns=taken + 1)
     raise ContinuationLimitError(f"continuation did not end within {max_turns} turns")
 
 
-def env_continuer(env: RestorableEnv, policy: Policy, max_turns: int) -> Continuer:
-    """A :data:`Continuer` that restores ``env`` and runs ``policy`` in it."""
+def env_continuer(env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool = False) -> Continuer:
+    """A :data:`Continuer` that restores ``env`` and runs ``policy`` in it.
+
+    With ``threaded``, a fully synchronous pair (``restore`` and ``act`` plain methods) runs each
+    whole continuation in one thread on its own event loop; otherwise each synchronous call does.
+    """
+    whole = threaded and not (inspect.iscoroutinefunction(env.restore) or inspect.iscoroutinefunction(policy.act))
 
     async def go(trajectory: Trajectory, turn: int, seed: int) -> Outcome:
-        return await run_continuation(env, policy, trajectory, turn, seed, max_turns)
+        if whole:
+            outcome: Outcome = await in_thread(
+                asyncio.run, run_continuation(env, policy, trajectory, turn, seed, max_turns)
+            )
+            return outcome
+        return await run_continuation(env, policy, trajectory, turn, seed, max_turns, threaded)
 
     return go
 
 
-def hook_continuer(continue_from: ContinueFn) -> Continuer:
-    """A :data:`Continuer` over the user's low-level ``continue_from(trajectory, turn, seed)``."""
+def hook_continuer(continue_from: ContinueFn, threaded: bool = False) -> Continuer:
+    """A :data:`Continuer` over the user's low-level ``continue_from(trajectory, turn, seed)``.
+
+    Its result must be a binary value or an :class:`Outcome`, else :class:`InvalidOutcomeError`.
+    """
 
     async def go(trajectory: Trajectory, turn: int, seed: int) -> Outcome:
-        result = await resolve(continue_from(trajectory, turn, seed))
+        result = await call_user(continue_from, trajectory, turn, seed, threaded=threaded)
         if isinstance(result, Outcome):
             return result
-        if isinstance(result, bool | np.bool_) or result in (0, 1):
-            return Outcome(success=bool(result))
-        raise ContinuationError(f"continue_from must return a bool or an Outcome, got {result!r}")
+        try:
+            return Outcome(success=result)
+        except InvalidOutcomeError:
+            raise InvalidOutcomeError(
+                f"invalid outcome: continue_from must return a bool or an Outcome, got {result!r}"
+            ) from None
 
     return go
+
+
+def usage_error(error: BaseException) -> UsageError | None:
+    """``error`` as the programming error it reveals (raised, never counted), or ``None``."""
+    if isinstance(error, UsageError):
+        return error
+    mismatch = loop_mismatch(error)
+    if mismatch is None:
+        return None
+    return EventLoopError(
+        f"async user code is bound to another event loop ({mismatch}). compute_bonus, called inside a "
+        "running event loop (a notebook, an async trainer), runs on a fresh loop in a worker thread; "
+        "call `await acompute_bonus(...)` on your loop instead"
+    )
 
 
 Result = Outcome | BaseException
@@ -187,6 +235,11 @@ class _Runner:
                 except asyncio.TimeoutError as exc:
                     raise ContinuationTimeoutError(f"continuation ran past {timeout} s of wall time") from exc
             except Exception as exc:
+                fatal = usage_error(exc)
+                if fatal is exc:
+                    raise
+                if fatal is not None:
+                    raise fatal from exc
                 if self.config.strict:
                     raise
                 return exc

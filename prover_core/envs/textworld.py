@@ -277,6 +277,9 @@ class TextWorldEnv:
         }
         return Step(observation=clean_feedback(state.feedback), done=done, success=won, info=info)
 
+    def reseed(self, seed: int) -> None:
+        """Nothing to reseed: a TextWorld game is deterministic (saying so keeps restorers from warning)."""
+
     def copy(self) -> TextWorldEnv:
         """An exact fork of the running game (TextWorld's ``env.copy()``)."""
         twin = TextWorldEnv(max_steps=self.default_max_steps, cache_dir=self.cache_dir)
