@@ -7,8 +7,18 @@ at turn ``b`` (prompt ids + completion ids up to turn ``b``'s action span), then
 generated action ids and the rendered observation ids: text is never re-tokenised.
 """
 
-from prover_core.engine.policy import EnginePolicy
+from prover_core.engine.openai import OpenAICompletionsEngine
+from prover_core.engine.policy import EnginePolicy, action_seed
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenSequence, TokenStore
 
-__all__ = ["EnginePolicy", "Generation", "SamplingParams", "TokenEngine", "TokenSequence", "TokenStore"]
+__all__ = [
+    "EnginePolicy",
+    "Generation",
+    "OpenAICompletionsEngine",
+    "SamplingParams",
+    "TokenEngine",
+    "TokenSequence",
+    "TokenStore",
+    "action_seed",
+]
