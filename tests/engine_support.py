@@ -72,7 +72,9 @@ def record(
     return Trajectory(id=tid, group_id=gid, turns=turns, success=step.success), prompt, completion
 
 
-def key_group(gid: str, successes: int = 2, size: int = 8, horizon: int = 4) -> list[tuple[Trajectory, list[int], list[int]]]:
+def key_group(
+    gid: str, successes: int = 2, size: int = 8, horizon: int = 4
+) -> list[tuple[Trajectory, list[int], list[int]]]:
     """``successes`` runs that take the key at turn 1, the rest never take it."""
     win = ["wait", "take"] + ["wait"] * (horizon - 2)
     lose = ["wait"] * horizon

@@ -91,9 +91,9 @@ def test_logprobs_give_the_ids_as_token_id_strings_when_the_server_has_no_token_
 
 
 def test_token_ids_and_logprob_tokens_must_agree() -> None:
-    with CompletionsServer(faults=[choice_reply(logprobs={"tokens": ["token_id:13", "token_id:99"]})]) as server:
-        with pytest.raises(EngineResponseError, match="disagree"):
-            generate(make_engine(server))
+    fault = choice_reply(logprobs={"tokens": ["token_id:13", "token_id:99"]})
+    with CompletionsServer(faults=[fault]) as server, pytest.raises(EngineResponseError, match="disagree"):
+        generate(make_engine(server))
 
 
 @pytest.mark.parametrize(
@@ -105,9 +105,8 @@ def test_token_ids_and_logprob_tokens_must_agree() -> None:
     ids=["no-ids", "text-logprob-tokens"],
 )
 def test_a_completion_without_token_ids_is_refused_with_the_fix(reply: Reply) -> None:
-    with CompletionsServer(faults=[reply]) as server:
-        with pytest.raises(EngineResponseError, match="return_token_ids"):
-            generate(make_engine(server))
+    with CompletionsServer(faults=[reply]) as server, pytest.raises(EngineResponseError, match="return_token_ids"):
+        generate(make_engine(server))
     assert len(server.requests) == 1
 
 
@@ -177,10 +176,10 @@ def test_an_exhausted_retryable_status_raises_an_http_error_with_the_status() ->
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422, 500])
 def test_other_error_statuses_are_not_retried(status: int) -> None:
-    with CompletionsServer(faults=[Reply(status=status, body={"error": "no"})]) as server:
-        with pytest.raises(EngineHTTPError, match=f"answered {status}") as info:
-            generate(make_engine(server))
-    assert info.value.status == status and len(server.requests) == 1
+    fault = Reply(status=status, body={"error": "no"})
+    with CompletionsServer(faults=[fault]) as server, pytest.raises(EngineHTTPError, match=f"answered {status}") as e:
+        generate(make_engine(server))
+    assert e.value.status == status and len(server.requests) == 1
 
 
 @pytest.mark.parametrize("fault", [Reply(drop=True), Reply(truncate=True, body={"choices": [{"token_ids": [1]}]})])
@@ -204,7 +203,7 @@ def test_a_slow_answer_times_out_and_is_not_retried() -> None:
     with CompletionsServer(faults=[Reply(delay_s=1.0)]) as server:
         engine = make_engine(server, timeout_s=0.2)
         started = time.perf_counter()
-        with pytest.raises(EngineTimeoutError, match="within 0.2 s") as info:
+        with pytest.raises(EngineTimeoutError, match=r"within 0\.2 s") as info:
             generate(engine)
         assert time.perf_counter() - started < 0.9
     assert len(server.requests) == 1 and isinstance(info.value, ContinuationTimeoutError)

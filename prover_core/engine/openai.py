@@ -184,7 +184,9 @@ class OpenAICompletionsEngine:
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
 
     def __repr__(self) -> str:
-        return f"OpenAICompletionsEngine({self.endpoint!r}, model={self.model!r}, max_concurrency={self.max_concurrency})"
+        return (
+            f"OpenAICompletionsEngine({self.endpoint!r}, model={self.model!r}, max_concurrency={self.max_concurrency})"
+        )
 
     # -- connections --------------------------------------------------------------------------------
 
@@ -309,7 +311,7 @@ class OpenAICompletionsEngine:
         exc = state.outcome.exception() if state.outcome is not None else None
         if isinstance(exc, _Retryable) and exc.retry_after is not None:
             return min(exc.retry_after, self.max_wait_s)
-        backoff = self.backoff_s * 2 ** (state.attempt_number - 1) + random.uniform(0.0, self.backoff_s)
+        backoff: float = self.backoff_s * 2 ** (state.attempt_number - 1) + random.uniform(0.0, self.backoff_s)
         return min(backoff, self.max_wait_s)
 
     def _count_retry(self, state: RetryCallState) -> None:
