@@ -7,9 +7,10 @@ id (kept in ``token_ids``), returns ``choices[0].token_ids`` when asked with ``r
 logprob tokens as ``"token_id:N"`` when asked with ``logprobs`` and ``return_tokens_as_token_ids``.
 
 Every request is recorded (body and headers); ``max_in_flight`` is the most requests it ever served at
-once. Each request sleeps ``latency_s`` in its own thread, as a batching engine serves requests
-concurrently. ``faults`` replaces chosen answers with a scripted :class:`~tests.chat_server.Reply`
-(any status, headers, body, delay, truncation or a dropped connection).
+once (also at ``GET /stats``, for a server in another process). Each request sleeps ``latency_s`` in its
+own thread, as a batching engine serves requests concurrently. ``faults`` replaces chosen answers with
+a scripted :class:`~tests.chat_server.Reply` (any status, headers, body, delay, truncation or a
+dropped connection).
 """
 
 from __future__ import annotations
@@ -135,6 +136,18 @@ class CompletionsServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                if self.path != "/stats":
+                    self._send(Reply(status=404, body={"error": f"no route {self.path}"}))
+                    return
+                with server._lock:
+                    stats = {
+                        "requests": len(server.requests),
+                        "max_in_flight": server.max_in_flight,
+                        "cpu_s": time.process_time(),  # the server process's CPU time so far
+                    }
+                self._send(Reply(body=stats))
 
             def do_POST(self) -> None:
                 server._enter()

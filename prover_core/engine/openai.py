@@ -33,6 +33,7 @@ import asyncio
 import os
 import random
 import re
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -128,19 +129,38 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+CLIENT_CONNECTIONS = 8
+"""Connections per ``httpx.AsyncClient``: httpcore's pool spends time quadratic in its connections on every
+request (encode/httpx#3215), so ``max_concurrency`` requests are spread over several smaller clients."""
+
+
 @dataclass
 class _Pool:
-    client: httpx.AsyncClient
+    """One event loop's clients, the concurrency limit, and each client's requests in flight."""
+
+    clients: list[httpx.AsyncClient]
     limit: asyncio.Semaphore
+    busy: list[int]
     users: int = 0
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A slot under the limit, on the least busy client (which then always has a free connection)."""
+        async with self.limit:
+            i = min(range(len(self.clients)), key=self.busy.__getitem__)
+            self.busy[i] += 1
+            try:
+                yield self.clients[i]
+            finally:
+                self.busy[i] -= 1
 
 
 class OpenAICompletionsEngine:
     """Continues token contexts on an OpenAI-compatible completions server (see the module docstring).
 
     ``base_url`` ends in ``/v1`` (``http://host:8000/v1``); ``model`` is the served model name. At most
-    ``max_concurrency`` requests are in flight per event loop, over a connection pool of that size, so
-    a batching server sees them together; ``timeout_s`` bounds each attempt.
+    ``max_concurrency`` requests are in flight per event loop, each on a connection of its own (pools of
+    ``CLIENT_CONNECTIONS``), so a batching server sees them together; ``timeout_s`` bounds each attempt.
     """
 
     def __init__(
@@ -182,6 +202,7 @@ class OpenAICompletionsEngine:
         self.headers = dict(headers or {})
         self.stats = EngineCallStats()
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
+        self._ssl: ssl.SSLContext | None = None
 
     def __repr__(self) -> str:
         return (
@@ -200,16 +221,7 @@ class OpenAICompletionsEngine:
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is None:
-            headers = {"Content-Type": "application/json", **self.headers}
-            if self._key is not None:
-                headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
-            n = self.max_concurrency
-            client = httpx.AsyncClient(
-                headers=headers,
-                timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
-                limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            )
-            pool = self._pools[loop] = _Pool(client, asyncio.Semaphore(n))
+            pool = self._pools[loop] = self._new_pool()
         pool.users += 1
         try:
             yield
@@ -217,7 +229,35 @@ class OpenAICompletionsEngine:
             pool.users -= 1
             if pool.users == 0:
                 del self._pools[loop]
-                await pool.client.aclose()
+                await asyncio.gather(*(client.aclose() for client in pool.clients))
+
+    def _new_pool(self) -> _Pool:
+        headers = {"Content-Type": "application/json", **self.headers}
+        if self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
+        shards = -(-self.max_concurrency // CLIENT_CONNECTIONS)
+        size = -(-self.max_concurrency // shards)
+        clients = [
+            httpx.AsyncClient(
+                headers=headers,
+                verify=self._ssl_context(),
+                timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
+                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+            )
+            for _ in range(shards)
+        ]
+        return _Pool(clients, asyncio.Semaphore(self.max_concurrency), [0] * shards)
+
+    def _ssl_context(self) -> ssl.SSLContext | bool:
+        """No TLS for plain http; for https one context per engine (loading CA certificates takes 50+ ms)."""
+        if not self.endpoint.startswith("https://"):
+            return False
+        make = getattr(httpx, "create_ssl_context", None)  # httpx >= 0.28; older ones build it per client
+        if make is None:
+            return True
+        if self._ssl is None:
+            self._ssl = make()
+        return self._ssl
 
     # -- the request --------------------------------------------------------------------------------
 
@@ -276,10 +316,10 @@ class OpenAICompletionsEngine:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _attempt(self, pool: _Pool, body: dict[str, Any]) -> Generation:
-        async with pool.limit:
+        async with pool.client() as client:
             self.stats.requests += 1
             try:
-                response = await asyncio.wait_for(pool.client.post(self.endpoint, json=body), self.timeout_s)
+                response = await asyncio.wait_for(client.post(self.endpoint, json=body), self.timeout_s)
             except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
                 raise EngineTimeoutError(f"{self.endpoint} did not answer within {self.timeout_s} s") from exc
             except (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
