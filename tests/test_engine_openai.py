@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import pickle
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -265,3 +268,8 @@ def test_engine_errors_are_prover_errors_and_keep_their_status_across_processes(
     error = pickle.loads(pickle.dumps(EngineHTTPError("answered 503", 503)))
     assert isinstance(error, EngineHTTPError) and error.status == 503 and str(error) == "answered 503"
     assert issubclass(EngineResponseError, EngineError) and issubclass(EngineError, ProverError)
+
+
+def test_importing_the_library_does_not_import_the_http_client() -> None:
+    code = "import sys, prover_core, prover_core.engine; assert 'httpx' not in sys.modules, 'httpx imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
