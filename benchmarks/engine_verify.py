@@ -12,11 +12,12 @@ the step with ``engine.session()``).
 Prints, measured in the same run: the longest continuation run alone (the physical limit when
 everything runs concurrently), the wall time of the whole step with every continuation in flight, and
 the same step with ``max_concurrency=1`` (serial engine calls) on ``--serial-groups`` groups,
-extrapolated linearly to all groups (serial time is linear in the number of calls); also the client's
-CPU time per engine call and the machine's load average, since on a busy machine the loopback server
-and the client compete for the cores.
+extrapolated linearly to all groups (serial time is linear in the number of calls); the same step with
+an in-process engine that sleeps the same latency (no HTTP: the library's own share); the client's and
+the server's CPU time per engine call, and the machine's load average, since on a busy machine the
+loopback server and the client compete for the cores.
 
-    python benchmarks/engine_verify.py                      # ~25 s
+    python benchmarks/engine_verify.py                      # ~30 s (45 s on a loaded 2-core machine)
     python benchmarks/engine_verify.py --serial-groups 16   # the full serial baseline (~2.5 min)
 """
 
@@ -30,7 +31,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prover_core import ProverConfig, ReplayEnv, acompute_bonus
 from prover_core.bonus import BonusResult
-from prover_core.engine import EnginePolicy, OpenAICompletionsEngine, SamplingParams
+from prover_core.engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams, TokenEngine
 from prover_core.verify import run_continuation
 from tests.completions_server import CompletionsServer
 from tests.engine_support import FixedJudge, KeyEnv, key_group, parse, render, seed_model, store_of
@@ -55,12 +56,24 @@ def serve(conn: Connection, latency: float) -> None:
             conn.recv()
 
 
+class SleepEngine:
+    """The same model in-process, no HTTP: sleeps ``latency`` then answers (the library's own cost alone)."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        await asyncio.sleep(self.latency)
+        return Generation(tuple(seed_model(list(prompt_ids), {"seed": params.seed})))
+
+
 def timed(policy: EnginePolicy, work: Coroutine[Any, Any, Any]) -> tuple[float, float, Any]:
     """``(wall s, client CPU s, result)`` of ``work``, run inside one engine session."""
 
     async def go() -> Any:
         engine = policy.engine
-        assert isinstance(engine, OpenAICompletionsEngine)
+        if not isinstance(engine, OpenAICompletionsEngine):
+            return await work
         async with engine.session():
             return await work
 
@@ -94,15 +107,15 @@ def main() -> None:
     url = parent.recv()
     stats_url = url.removesuffix("/v1") + "/stats"
 
-    def policy(limit: int) -> EnginePolicy:
-        engine = OpenAICompletionsEngine(url, "bench-model", max_concurrency=limit, timeout_s=60.0)
+    def policy(limit: int, engine: TokenEngine | None = None) -> EnginePolicy:
+        engine = engine or OpenAICompletionsEngine(url, "bench-model", max_concurrency=limit, timeout_s=60.0)
         sampling = SamplingParams(max_tokens=1)
         return EnginePolicy(
             engine, store, render_observation=render, parse_action=parse, sampling=sampling, max_concurrency=limit
         )
 
-    def step(groups: int, limit: int) -> tuple[float, float, BonusResult]:
-        p = policy(limit)
+    def step(groups: int, limit: int, engine: TokenEngine | None = None) -> tuple[float, float, BonusResult]:
+        p = policy(limit, engine)
         return timed(p, acompute_bonus(batch[: 8 * groups], judge=FixedJudge(1, 1), env=env, policy=p, config=config))
 
     try:
@@ -114,6 +127,7 @@ def main() -> None:
         steps = [step(args.groups, width) for _ in range(args.repeats)]
         after = httpx.get(stats_url).json()
         serial_wall, _, serial = step(args.serial_groups, 1)
+        local = [step(args.groups, width, SleepEngine(args.latency)) for _ in range(args.repeats)]
     finally:
         parent.send("stop")
         process.join(timeout=10)
@@ -121,6 +135,8 @@ def main() -> None:
     single = statistics.median(singles)
     wall = statistics.median(w for w, _, _ in steps)
     cpu = statistics.median(c for _, c, _ in steps)
+    local_wall = statistics.median(w for w, _, _ in local)
+    local_cpu = statistics.median(c for _, c, _ in local)
     server_cpu = (after["cpu_s"] - before["cpu_s"]) / (after["requests"] - before["requests"])
     result = steps[0][2]
     serial_full = serial_wall * args.groups / args.serial_groups
@@ -145,7 +161,14 @@ def main() -> None:
         f"whole verification, serial:       {serial_full:7.3f} s  "
         f"({args.serial_groups} group(s) measured: {serial_wall:.3f} s, x {args.groups / args.serial_groups:g})"
     )
-    print(f"CPU per engine call: client {1000 * cpu / calls:.2f} ms, loopback server {1000 * server_cpu:.2f} ms")
+    print(
+        f"same, in-process engine (no HTTP): {local_wall:7.3f} s  "
+        f"(median of {', '.join(f'{w:.3f}' for w, _, _ in local)}: the library's own share)"
+    )
+    print(
+        f"CPU per engine call: client {1000 * cpu / calls:.2f} ms (of which the library without HTTP "
+        f"{1000 * local_cpu / calls:.2f} ms), loopback server {1000 * server_cpu:.2f} ms"
+    )
     print(f"concurrent / longest continuation: {wall / single:6.2f}  (1 is the physical limit)")
     print(f"serial / concurrent:               {serial_full / wall:6.1f}")
 
