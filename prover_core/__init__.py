@@ -8,10 +8,15 @@ The four stages live in their own modules: :mod:`prover_core.trigger`, :mod:`pro
 from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus, group_batch
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, Trajectory, Turn, Verification
+from prover_core.engine import EnginePolicy, Generation, SamplingParams, TokenEngine, TokenStore
 from prover_core.errors import (
     ContinuationError,
     ContinuationLimitError,
     ContinuationTimeoutError,
+    EngineError,
+    EngineHTTPError,
+    EngineResponseError,
+    EngineTimeoutError,
     HostImportError,
     InvalidBatchError,
     InvalidSegmentError,
@@ -21,6 +26,7 @@ from prover_core.errors import (
     ReplayMismatchError,
     RestoreError,
     RolloutLimitError,
+    TokenRecordError,
     WorkerLostError,
 )
 from prover_core.executors import LocalExecutor, RayExecutor
@@ -40,8 +46,14 @@ __all__ = [
     "ContinueFn",
     "Decline",
     "DivergenceJudge",
+    "EngineError",
+    "EngineHTTPError",
+    "EnginePolicy",
+    "EngineResponseError",
+    "EngineTimeoutError",
     "Env",
     "Episode",
+    "Generation",
     "GroupRecord",
     "HostImportError",
     "InvalidBatchError",
@@ -65,10 +77,14 @@ __all__ = [
     "RestorableEnv",
     "RestoreError",
     "RolloutLimitError",
+    "SamplingParams",
     "Segment",
     "SegmentRules",
     "SnapshotEnv",
     "Step",
+    "TokenEngine",
+    "TokenRecordError",
+    "TokenStore",
     "Trajectory",
     "Turn",
     "Verification",

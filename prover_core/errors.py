@@ -74,6 +74,21 @@ class EngineTimeoutError(EngineError, ContinuationTimeoutError):
     """An inference engine did not answer within its time limit."""
 
 
+class EngineHTTPError(EngineError):
+    """An inference engine answered with an HTTP error status (``status``), after any retries."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[type[EngineHTTPError], tuple[str, int]]:  # pickles across processes
+        return type(self), (str(self), self.status)
+
+
+class EngineResponseError(EngineError):
+    """An inference engine's answer is not a completion with token ids (bad JSON, missing or invalid ids)."""
+
+
 class TokenRecordError(ProverError, ValueError):
     """A training row's recorded token ids do not fit its trajectory (missing, or spans out of range)."""
 

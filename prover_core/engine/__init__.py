@@ -5,10 +5,35 @@ implements :class:`TokenEngine`; :class:`EnginePolicy` turns it into a :class:`~
 The context of a continuation from state ``s_b`` is exactly the token ids the agent saw before acting
 at turn ``b`` (prompt ids + completion ids up to turn ``b``'s action span), then, for every new turn, the
 generated action ids and the rendered observation ids: text is never re-tokenised.
+:class:`OpenAICompletionsEngine` speaks to a ``/v1/completions`` server that takes token ids (vLLM,
+SGLang; docs/engines.md); it is imported on first use, so that code without it does not pay for httpx
+and tenacity at import time.
 """
 
-from prover_core.engine.policy import EnginePolicy
+from typing import TYPE_CHECKING, Any
+
+from prover_core.engine.policy import EnginePolicy, action_seed
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenSequence, TokenStore
 
-__all__ = ["EnginePolicy", "Generation", "SamplingParams", "TokenEngine", "TokenSequence", "TokenStore"]
+if TYPE_CHECKING:
+    from prover_core.engine.openai import OpenAICompletionsEngine
+
+__all__ = [
+    "EnginePolicy",
+    "Generation",
+    "OpenAICompletionsEngine",
+    "SamplingParams",
+    "TokenEngine",
+    "TokenSequence",
+    "TokenStore",
+    "action_seed",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAICompletionsEngine":
+        from prover_core.engine.openai import OpenAICompletionsEngine
+
+        return OpenAICompletionsEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

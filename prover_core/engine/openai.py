@@ -1,0 +1,366 @@
+"""A :class:`~prover_core.engine.TokenEngine` over an OpenAI-compatible ``/v1/completions`` endpoint.
+
+Token ids in, token ids out, for servers that take a list of ids as ``prompt`` (vLLM, SGLang). Each
+call POSTs ``{"model", "prompt": ids, "max_tokens", "temperature", "top_p", "seed", "stop_token_ids",
+"n": 1, "stream": false, "return_token_ids": true}`` plus ``SamplingParams.extra``; with
+``logprobs=True`` also ``"logprobs": 0, "return_tokens_as_token_ids": true``. The generated ids are read
+back exactly, never re-tokenised from text:
+
+* ``choices[0].token_ids``: vLLM >= 0.10.2 (``CompletionRequest.return_token_ids`` and
+  ``CompletionResponseChoice.token_ids`` in ``vllm/entrypoints/openai/completion/protocol.py``) and
+  SGLang (``serving_completions.py`` answers ``token_ids=ret_item["output_ids"]`` when
+  ``request.return_token_ids``; it maps ``seed`` to its ``sampling_seed``);
+* else ``choices[0].logprobs.tokens`` written as ``"token_id:N"``: vLLM with ``logprobs`` and
+  ``return_tokens_as_token_ids`` ("tokens are represented as strings of the form 'token_id:{token_id}'",
+  same file), the way to read ids from a vLLM older than 0.10.2 (which ignores ``return_token_ids``).
+
+Anything else (not JSON, no choices, no ids, ids that are not non-negative integers, the two lists
+disagreeing) raises :class:`~prover_core.errors.EngineResponseError`.
+
+Failures, per request: status 429, 502, 503, 504 and connection errors (refused, reset, dropped before
+the answer) are retried, up to ``max_attempts`` attempts in all; between attempts it sleeps the
+server's ``Retry-After`` when given, else ``backoff_s * 2**(n-1)`` plus jitter in ``[0, backoff_s)``,
+either capped at ``max_wait_s``. Every other status raises :class:`~prover_core.errors.EngineHTTPError`
+at once (its ``status`` says which); an exhausted retryable status raises it too. An attempt that runs
+past ``timeout_s`` raises :class:`~prover_core.errors.EngineTimeoutError` and is not retried (the server
+may still be generating it). The API key is read from the environment variable ``api_key_env`` and
+never appears in a repr or an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import ssl
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from prover_core.engine.protocol import Generation, SamplingParams
+from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError, EngineTimeoutError
+from prover_core.judges.llm_client import parse_retry_after
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_RESERVED = frozenset(
+    {"model", "prompt", "n", "stream", "max_tokens", "temperature", "top_p", "seed", "stop_token_ids"}
+    | {"return_token_ids", "logprobs", "return_tokens_as_token_ids"}
+)
+_TOKEN_ID = re.compile(r"token_id:(\d+)")
+_LAX = ConfigDict(extra="ignore")
+TokenId = Annotated[int, Field(strict=True, ge=0)]
+
+
+class CompletionLogprobs(BaseModel):
+    model_config = _LAX
+    tokens: list[str] | None = None
+    token_logprobs: list[float | None] | None = None
+
+
+class CompletionChoice(BaseModel):
+    model_config = _LAX
+    text: str | None = None
+    token_ids: list[TokenId] | None = None
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+
+    def generation(self) -> Generation:
+        """The sampled ids (``token_ids``, else ``"token_id:N"`` logprob tokens) and their logprobs."""
+        from_logprobs = _ids_in_logprob_tokens(self.logprobs)
+        if self.token_ids is not None:
+            ids = self.token_ids
+            if from_logprobs is not None and from_logprobs != ids:
+                raise EngineResponseError(
+                    f"the completion's token_ids {ids[:8]} disagree with its logprob tokens {from_logprobs[:8]}"
+                )
+        elif from_logprobs is not None:
+            ids = from_logprobs
+        else:
+            raise EngineResponseError(
+                "the completion has no token ids: the server must answer `return_token_ids` (vLLM >= 0.10.2, "
+                "SGLang) or, with logprobs=True, `return_tokens_as_token_ids` (vLLM)"
+            )
+        values = self.logprobs.token_logprobs if self.logprobs is not None else None
+        logprobs = None
+        if values is not None and len(values) == len(ids) and all(v is not None for v in values):
+            logprobs = tuple(float(v) for v in values if v is not None)
+        return Generation(tuple(ids), text=self.text, logprobs=logprobs, finish_reason=self.finish_reason)
+
+
+class CompletionResponse(BaseModel):
+    """The parts of an OpenAI completion (vLLM/SGLang extended) that the engine reads."""
+
+    model_config = _LAX
+    choices: list[CompletionChoice] = Field(min_length=1)
+
+
+def _ids_in_logprob_tokens(logprobs: CompletionLogprobs | None) -> list[int] | None:
+    """The ids of ``["token_id:5", ...]`` logprob tokens; ``None`` unless every token has that form."""
+    if logprobs is None or logprobs.tokens is None:
+        return None
+    matches = [_TOKEN_ID.fullmatch(token) for token in logprobs.tokens]
+    if not all(matches):
+        return None
+    return [int(m.group(1)) for m in matches if m is not None]
+
+
+@dataclass
+class EngineCallStats:
+    """HTTP requests sent, retries made (and seconds slept before them), requests that failed for good."""
+
+    requests: int = 0
+    retries: int = 0
+    retry_wait_s: float = 0.0
+    failures: int = 0
+
+
+class _Retryable(Exception):
+    """A failed attempt worth another: a retryable status or a connection error."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+CLIENT_CONNECTIONS = 8
+"""Connections per ``httpx.AsyncClient``: httpcore's pool spends time quadratic in its connections on every
+request (encode/httpx#3215), so ``max_concurrency`` requests are spread over several smaller clients."""
+
+
+@dataclass
+class _Pool:
+    """One event loop's clients, the concurrency limit, and each client's requests in flight."""
+
+    clients: list[httpx.AsyncClient]
+    limit: asyncio.Semaphore
+    busy: list[int]
+    users: int = 0
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A slot under the limit, on the least busy client (which then always has a free connection)."""
+        async with self.limit:
+            i = min(range(len(self.clients)), key=self.busy.__getitem__)
+            self.busy[i] += 1
+            try:
+                yield self.clients[i]
+            finally:
+                self.busy[i] -= 1
+
+
+class OpenAICompletionsEngine:
+    """Continues token contexts on an OpenAI-compatible completions server (see the module docstring).
+
+    ``base_url`` ends in ``/v1`` (``http://host:8000/v1``); ``model`` is the served model name. At most
+    ``max_concurrency`` requests are in flight per event loop, each on a connection of its own (pools of
+    ``CLIENT_CONNECTIONS``), so a batching server sees them together; ``timeout_s`` bounds each attempt.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = None,
+        max_concurrency: int = 256,
+        timeout_s: float = 300.0,
+        connect_timeout_s: float = 10.0,
+        max_attempts: int = 4,
+        backoff_s: float = 0.5,
+        max_wait_s: float = 30.0,
+        logprobs: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if max_concurrency < 1 or max_attempts < 1:
+            raise ValueError("max_concurrency and max_attempts must be >= 1")
+        if timeout_s <= 0 or connect_timeout_s <= 0 or backoff_s < 0 or max_wait_s < 0:
+            raise ValueError("timeouts must be positive, backoff_s and max_wait_s non-negative")
+        self._key: SecretStr | None = None
+        if api_key_env is not None:
+            value = os.environ.get(api_key_env)
+            if not value:
+                raise ValueError(f"the environment variable {api_key_env!r} (the engine's API key) is not set")
+            self._key = SecretStr(value)
+        self.endpoint = base_url.rstrip("/") + "/completions"
+        self.model = model
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_wait_s = max_wait_s
+        self.logprobs = logprobs
+        self.headers = dict(headers or {})
+        self.stats = EngineCallStats()
+        self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
+        self._ssl: ssl.SSLContext | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAICompletionsEngine({self.endpoint!r}, model={self.model!r}, max_concurrency={self.max_concurrency})"
+        )
+
+    # -- connections --------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """Hold this event loop's connection pool open (each call holds it; it closes when the last leaves).
+
+        Wrap a whole verification (``async with engine.session(): await acompute_bonus(...)``) to keep
+        connections alive between the turns of sparse continuations.
+        """
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            pool = self._pools[loop] = self._new_pool()
+        pool.users += 1
+        try:
+            yield
+        finally:
+            pool.users -= 1
+            if pool.users == 0:
+                del self._pools[loop]
+                await asyncio.gather(*(client.aclose() for client in pool.clients))
+
+    def _new_pool(self) -> _Pool:
+        headers = {"Content-Type": "application/json", **self.headers}
+        if self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
+        shards = -(-self.max_concurrency // CLIENT_CONNECTIONS)
+        size = -(-self.max_concurrency // shards)
+        clients = [
+            httpx.AsyncClient(
+                headers=headers,
+                verify=self._ssl_context(),
+                timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
+                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+            )
+            for _ in range(shards)
+        ]
+        return _Pool(clients, asyncio.Semaphore(self.max_concurrency), [0] * shards)
+
+    def _ssl_context(self) -> ssl.SSLContext | bool:
+        """No TLS for plain http; for https one context per engine (loading CA certificates takes 50+ ms)."""
+        if not self.endpoint.startswith("https://"):
+            return False
+        make = getattr(httpx, "create_ssl_context", None)  # httpx >= 0.28; older ones build it per client
+        if make is None:
+            return True
+        if self._ssl is None:
+            self._ssl = make()
+        return self._ssl
+
+    # -- the request --------------------------------------------------------------------------------
+
+    def payload(self, prompt_ids: Sequence[int], params: SamplingParams) -> dict[str, Any]:
+        """The JSON body of one request."""
+        clash = _RESERVED.intersection(params.extra)
+        if clash:
+            raise ValueError(f"SamplingParams.extra may not set {sorted(clash)}: the engine sets them")
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": [int(i) for i in prompt_ids],
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "n": 1,
+            "stream": False,
+            "return_token_ids": True,
+        }
+        if params.seed is not None:
+            body["seed"] = int(params.seed)
+        if params.stop_token_ids:
+            body["stop_token_ids"] = [int(i) for i in params.stop_token_ids]
+        if self.logprobs:
+            body.update(logprobs=0, return_tokens_as_token_ids=True)
+        body.update(params.extra)
+        return body
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """Sample one completion of ``prompt_ids``; raises :class:`EngineError` (or a subclass) on failure."""
+        if len(prompt_ids) == 0:
+            raise EngineError("empty prompt: there is no context to continue")
+        body = self.payload(prompt_ids, params)
+        async with self.session():
+            pool = self._pools[asyncio.get_running_loop()]
+            attempts = 0
+            try:
+                async for trial in AsyncRetrying(
+                    stop=stop_after_attempt(self.max_attempts),
+                    wait=self._wait,
+                    retry=retry_if_exception_type(_Retryable),
+                    before_sleep=self._count_retry,
+                    reraise=True,
+                ):
+                    with trial:
+                        attempts = trial.retry_state.attempt_number
+                        return await self._attempt(pool, body)
+            except _Retryable as exc:
+                self.stats.failures += 1
+                message = f"{self.endpoint} failed after {attempts} attempt(s): {exc}"
+                if exc.status is not None:
+                    raise EngineHTTPError(message, exc.status) from None
+                raise EngineError(message) from None
+            except EngineError:
+                self.stats.failures += 1
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(self, pool: _Pool, body: dict[str, Any]) -> Generation:
+        async with pool.client() as client:
+            self.stats.requests += 1
+            try:
+                response = await asyncio.wait_for(client.post(self.endpoint, json=body), self.timeout_s)
+            except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
+                raise EngineTimeoutError(f"{self.endpoint} did not answer within {self.timeout_s} s") from exc
+            except (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+                raise _Retryable(f"connection error ({type(exc).__name__}: {self._redact(str(exc))})") from None
+            except httpx.HTTPError as exc:
+                raise EngineError(f"request to {self.endpoint} failed: {type(exc).__name__}: {exc}") from None
+        return self._read(response)
+
+    def _read(self, response: httpx.Response) -> Generation:
+        status = response.status_code
+        if status in RETRY_STATUSES:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            raise _Retryable(f"status {status}: {self._excerpt(response)}", status, retry_after)
+        if status >= 300:
+            raise EngineHTTPError(f"{self.endpoint} answered {status}: {self._excerpt(response)}", status)
+        try:
+            parsed = CompletionResponse.model_validate_json(response.content)
+        except ValidationError as exc:
+            kind = response.headers.get("content-type", "?")
+            raise EngineResponseError(
+                f"{self.endpoint} answered with something that is not a completion ({kind}; "
+                f"{exc.errors()[0]['msg']}): {self._excerpt(response)}"
+            ) from None
+        return parsed.choices[0].generation()
+
+    # -- retry policy and redaction -------------------------------------------------------------------
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            return min(exc.retry_after, self.max_wait_s)
+        backoff: float = self.backoff_s * 2 ** (state.attempt_number - 1) + random.uniform(0.0, self.backoff_s)
+        return min(backoff, self.max_wait_s)
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.stats.retries += 1
+        self.stats.retry_wait_s += state.next_action.sleep if state.next_action is not None else 0.0
+
+    def _redact(self, text: str) -> str:
+        secret = self._key.get_secret_value() if self._key is not None else ""
+        return text.replace(secret, "***") if secret else text
+
+    def _excerpt(self, response: httpx.Response) -> str:
+        return self._redact(response.text[:200].replace("\n", " "))
