@@ -16,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--group-size", type=int, default=8, help="trajectories per group (default 8)")
     demo.add_argument("-k", type=int, default=8, help="continuations per boundary (default 8)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--judge", choices=("divergence", "random"), default="divergence")
+    demo.add_argument("--judge", choices=("anchor", "divergence", "random"), default="anchor")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
     demo.add_argument("--judge-url", help="use the LLM judge at this OpenAI-compatible base URL (e.g. .../v1)")
     demo.add_argument("--judge-model", help="the model name the LLM judge asks for (with --judge-url)")
@@ -28,6 +28,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--only", default="accuracy,training,overhead", help="comma-separated sections to run")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--no-progress", action="store_true", help="no progress bars")
+    bench.add_argument("what", nargs="?", choices=("judges",), help="judges: the judge harness (judges x environments)")
+    bench.add_argument(
+        "--textworld", action=argparse.BooleanOptionalAction, help="judges: TextWorld games (default: not with --quick)"
+    )
+    bench.add_argument("--judge-url", help="judges: also the LLM judge at this OpenAI-compatible base URL")
+    bench.add_argument("--judge-model", default="default", help="judges: the model name the LLM judge asks for")
+    bench.add_argument("--judge-mode", choices=("structured", "agentic"), default="structured")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -47,6 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(run.result.report.metrics(), indent=2))
         else:
             print(render(run))
+    elif args.command == "bench" and args.what == "judges":
+        from prover_core.bench.judge_eval import judges_command
+
+        judge = None
+        if args.judge_url:
+            from prover_core.judges.llm import LLMJudge
+
+            judge = LLMJudge.from_url(args.judge_url, args.judge_model, mode=args.judge_mode)
+        return judges_command(args.quick, args.out, args.seed, args.textworld, judge)
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command
 
