@@ -36,7 +36,10 @@ def group(gid: str = "g") -> list[Trajectory]:
     s_obs = ["You are in a hall.", "A brass key lies here.", "You carry the key. A door.", "The door opens."]
     s_act = ["go north", "take key", "open door", "enter vault"]
     success = Trajectory(
-        id=f"{gid}-s", group_id=gid, success=True, turns=[Turn(observation=o, action=a) for o, a in zip(s_obs, s_act)]
+        id=f"{gid}-s",
+        group_id=gid,
+        success=True,
+        turns=[Turn(observation=o, action=a) for o, a in zip(s_obs, s_act, strict=True)],
     )
     f_turns = [
         ("You are in a hall.", "go north"),
