@@ -41,6 +41,7 @@ class JudgeTally:
     verified: int = 0
     accepted: int = 0
     real_accepted: int = 0
+    turns: int = 0
     gains: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
 
@@ -53,6 +54,7 @@ class JudgeTally:
             "acceptance": self.accepted / self.verified if self.verified else nan,
             "exact_gain": sum(self.gains) / len(self.gains) if self.gains else nan,
             "real_accepted": self.real_accepted / self.accepted if self.accepted and self.gains else nan,
+            "turns": self.turns / self.nominated if self.nominated else nan,
         }
 
 
@@ -63,7 +65,13 @@ def hit(pivots: frozenset[int], start: int, end: int) -> bool:
 
 def chance(case: Case, rules: SegmentRules, config: ProverConfig) -> float:
     """The localisation of a uniformly random admissible segment, in exact expectation over eligible groups."""
-    shares = []
+    shares = chance_shares(case, rules, config)
+    return sum(shares) / len(shares) if shares else float("nan")
+
+
+def chance_shares(case: Case, rules: SegmentRules, config: ProverConfig) -> list[float]:
+    """Per eligible group: the share of its run's admissible segments that hold a true pivot."""
+    shares: list[float] = []
     for members in groups_of(case.trajectories).values():
         if not is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
             continue
@@ -71,7 +79,7 @@ def chance(case: Case, rules: SegmentRules, config: ProverConfig) -> float:
         candidates = rules.candidates(run)
         if candidates:
             shares.append(sum(hit(case.pivots[run.id], c.start, c.end) for c in candidates) / len(candidates))
-    return sum(shares) / len(shares) if shares else float("nan")
+    return shares
 
 
 def groups_of(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
@@ -94,6 +102,7 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig) -> JudgeTally:
             continue
         seg = g.proposal.segment
         tally.nominated += 1
+        tally.turns += seg.num_turns
         tally.hits += hit(case.pivots[g.trajectory_id], seg.start, seg.end)
         gain = case.gain(g.trajectory_id, seg.start, seg.end) if case.gain is not None else None
         if gain is not None:
@@ -152,7 +161,7 @@ class JudgeBench:
 
     def markdown(self) -> str:
         judges = sorted({j for rows in self.results.values() for j in rows}, key=_judge_order)
-        header = ["environment", "kind", "chance", *[f"{j}: loc / nom / acc / gain" for j in judges]]
+        header = ["environment", "kind", "chance", *[f"{j}: loc / nom / acc / gain / len" for j in judges]]
         rows = []
         for env, by_judge in self.results.items():
             cells = [env, self.kinds[env], _fmt(self.chance[env])]
@@ -162,7 +171,7 @@ class JudgeBench:
                     "-"
                     if r is None
                     else f"{_fmt(r['localisation'])} / {_fmt(r['nominated'])} / {_fmt(r['acceptance'])}"
-                    f" / {_fmt(r['exact_gain'], signed=True)}"
+                    f" / {_fmt(r['exact_gain'], signed=True)} / {_fmt(r['turns'], digits=1)}"
                 )
             rows.append(cells)
         lines = [
@@ -170,7 +179,8 @@ class JudgeBench:
             "",
             "loc: nominated segments holding a true pivot; chance: the same for a uniformly random admissible "
             "segment (exact expectation); nom: nominated / eligible groups (the rest declined); acc: accepted "
-            "(Delta > 0) / verified; gain: mean exact V(post) - V(pre) of nominated segments (tabular only).",
+            "(Delta > 0) / verified; gain: mean exact V(post) - V(pre) of nominated segments (tabular only); "
+            "len: mean turns per nominated segment (random admissible segments: about 2.5).",
         ]
         for j in judges:
             won, total = self.wins(j)
@@ -184,10 +194,10 @@ def _judge_order(name: str) -> tuple[int, str]:
     return order.get(name, 3), name
 
 
-def _fmt(value: float, signed: bool = False) -> str:
+def _fmt(value: float, signed: bool = False, digits: int = 2) -> str:
     if isinstance(value, float) and math.isnan(value):
         return "-"
-    return f"{value:+.2f}" if signed else f"{value:.2f}"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
 def run_judge_bench(
@@ -220,16 +230,15 @@ def run_judge_bench(
             else:
                 case = tabular_case(env, settings.groups, settings.group_size, seed)
             out.kinds[name] = case.kind
-            chances.append(chance(case, config.segment_rules, config))
+            chances += chance_shares(case, config.segment_rules, config)
             judges: dict[str, Judge] = {**offline_judges(seed), **(extra_judges or {})}
             for judge_name, judge in judges.items():
                 tally = evaluate(case, judge, config)
                 total = tallies.setdefault(judge_name, JudgeTally())
-                for attr in ("eligible", "nominated", "hits", "verified", "accepted", "real_accepted"):
+                for attr in ("eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns"):
                     setattr(total, attr, getattr(total, attr) + getattr(tally, attr))
                 total.gains += tally.gains
-        valid = [c for c in chances if not math.isnan(c)]
-        out.chance[name] = sum(valid) / len(valid) if valid else float("nan")
+        out.chance[name] = sum(chances) / len(chances) if chances else float("nan")
         out.results[name] = {j: t.row() for j, t in tallies.items()}
     out.seconds = time.perf_counter() - began
     return out
