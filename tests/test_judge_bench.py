@@ -150,3 +150,21 @@ def test_quick_harness_prints_one_table_of_judges_by_environments(tmp_path, caps
     out = capsys.readouterr().out
     assert "| environment | kind | chance | anchor: loc" in out and "hidden pivot" in out and "Taxi rainy" in out
     assert (tmp_path / "judges.md").is_file() and (tmp_path / "judges.json").is_file()
+
+
+def test_the_llm_judge_joins_the_table_and_its_failures_count_as_no_nomination() -> None:
+    """Against a scripted chat server on 127.0.0.1: a "model" that always names turn 0, and one that
+    answers prose (every group skipped after the repairs: nothing nominated)."""
+    from prover_core.judges.llm import LLMJudge
+    from tests.chat_server import ChatServer, answer, completion
+
+    settings = JudgeBenchSettings(groups=8, batches=1, textworld=False)
+    with ChatServer([answer(0, 0)]) as server:
+        bench = run_judge_bench(settings, {"llm": LLMJudge.from_url(server.url, "test-model", max_attempts=1)})
+    rows = {env: r["llm"] for env, r in bench.results.items()}
+    assert all(r["nominated"] == 1.0 and r["turns"] == 1.0 for r in rows.values() if r["eligible"])
+    assert "llm: loc / nom / acc / gain / len" in bench.markdown()
+    with ChatServer([completion("I think the agent did well.")]) as server:
+        judge = LLMJudge.from_url(server.url, "test-model", max_attempts=1, max_repairs=1)
+        bench = run_judge_bench(settings, {"llm": judge})
+    assert all(r["llm"]["nominated"] == 0.0 for r in bench.results.values() if r["llm"]["eligible"])

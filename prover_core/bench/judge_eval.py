@@ -133,7 +133,7 @@ class JudgeBenchSettings:
     seed: int = 0
 
 
-QUICK_JUDGES = JudgeBenchSettings(groups=16, batches=1, textworld_groups=4)
+QUICK_JUDGES = JudgeBenchSettings(groups=16, batches=2, textworld_groups=4)
 FULL_JUDGES = JudgeBenchSettings()
 
 
