@@ -148,7 +148,9 @@ def test_quick_harness_prints_one_table_of_judges_by_environments(tmp_path, caps
     assert all(set(rows) == {"anchor", "divergence", "random"} for rows in bench.results.values())
     assert main(["bench", "judges", "--quick", "--no-textworld", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "| environment | kind | chance | anchor: loc" in out and "hidden pivot" in out and "Taxi rainy" in out
+    assert (
+        "| environment | kind | groups | chance | anchor: loc" in out and "hidden pivot" in out and "Taxi rainy" in out
+    )
     assert (tmp_path / "judges.md").is_file() and (tmp_path / "judges.json").is_file()
 
 
@@ -163,7 +165,7 @@ def test_the_llm_judge_joins_the_table_and_its_failures_count_as_no_nomination()
         bench = run_judge_bench(settings, {"llm": LLMJudge.from_url(server.url, "test-model", max_attempts=1)})
     rows = {env: r["llm"] for env, r in bench.results.items()}
     assert all(r["nominated"] == 1.0 and r["turns"] == 1.0 for r in rows.values() if r["eligible"])
-    assert "llm: loc / nom / acc / gain / len" in bench.markdown()
+    assert "llm: loc (same-length chance)" in bench.markdown()
     with ChatServer([completion("I think the agent did well.")]) as server:
         judge = LLMJudge.from_url(server.url, "test-model", max_attempts=1, max_repairs=1)
         bench = run_judge_bench(settings, {"llm": judge})

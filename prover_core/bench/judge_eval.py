@@ -42,6 +42,7 @@ class JudgeTally:
     accepted: int = 0
     real_accepted: int = 0
     turns: int = 0
+    matched: list[float] = field(default_factory=list)
     gains: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
 
@@ -55,6 +56,7 @@ class JudgeTally:
             "exact_gain": sum(self.gains) / len(self.gains) if self.gains else nan,
             "real_accepted": self.real_accepted / self.accepted if self.accepted and self.gains else nan,
             "turns": self.turns / self.nominated if self.nominated else nan,
+            "matched_chance": sum(self.matched) / len(self.matched) if self.matched else nan,
         }
 
 
@@ -82,6 +84,13 @@ def chance_shares(case: Case, rules: SegmentRules, config: ProverConfig) -> list
     return shares
 
 
+def matched_chance(case: Case, run: Trajectory, turns: int, config: ProverConfig) -> float:
+    """The share of ``run``'s admissible segments of exactly ``turns`` turns that hold a true pivot: the
+    localisation of a random segment as long as the judge's."""
+    same = [c for c in config.segment_rules.candidates(run) if c.num_turns == turns]
+    return sum(hit(case.pivots[run.id], c.start, c.end) for c in same) / len(same) if same else float("nan")
+
+
 def groups_of(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
     out: dict[str, list[Trajectory]] = {}
     for t in trajectories:
@@ -103,6 +112,7 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig) -> JudgeTally:
         seg = g.proposal.segment
         tally.nominated += 1
         tally.turns += seg.num_turns
+        tally.matched.append(matched_chance(case, result.trajectories[g.trajectory_id], seg.num_turns, config))
         tally.hits += hit(case.pivots[g.trajectory_id], seg.start, seg.end)
         gain = case.gain(g.trajectory_id, seg.start, seg.end) if case.gain is not None else None
         if gain is not None:
@@ -148,11 +158,17 @@ class JudgeBench:
     notes: list[str] = field(default_factory=list)
 
     def wins(self, judge: str, over: str = "chance") -> tuple[int, int]:
-        """Environments where ``judge``'s localisation beats random segments' (``over``): (wins, environments)."""
+        """Environments where ``judge``'s localisation beats random segments: ``over="chance"`` (any length),
+        ``"matched"`` (as long as the judge's) or another judge's name. Returns (wins, environments)."""
         won = total = 0
         for env, rows in self.results.items():
             mine = rows.get(judge, {}).get("localisation", float("nan"))
-            theirs = self.chance[env] if over == "chance" else rows.get(over, {}).get("localisation", float("nan"))
+            if over == "chance":
+                theirs = self.chance[env]
+            elif over == "matched":
+                theirs = rows.get(judge, {}).get("matched_chance", float("nan"))
+            else:
+                theirs = rows.get(over, {}).get("localisation", float("nan"))
             if math.isnan(theirs):
                 continue
             total += 1
@@ -161,30 +177,44 @@ class JudgeBench:
 
     def markdown(self) -> str:
         judges = sorted({j for rows in self.results.values() for j in rows}, key=_judge_order)
-        header = ["environment", "kind", "chance", *[f"{j}: loc / nom / acc / gain / len" for j in judges]]
+        header = [
+            "environment",
+            "kind",
+            "groups",
+            "chance",
+            *[f"{j}: loc (same-length chance) / nom / acc / gain / len" for j in judges],
+        ]
         rows = []
         for env, by_judge in self.results.items():
-            cells = [env, self.kinds[env], _fmt(self.chance[env])]
+            eligible = max((int(r["eligible"]) for r in by_judge.values()), default=0)
+            cells = [env, self.kinds[env], str(eligible), _fmt(self.chance[env])]
             for j in judges:
                 r = by_judge.get(j)
                 cells.append(
                     "-"
                     if r is None
-                    else f"{_fmt(r['localisation'])} / {_fmt(r['nominated'])} / {_fmt(r['acceptance'])}"
+                    else f"{_fmt(r['localisation'])} ({_fmt(r['matched_chance'])}) / {_fmt(r['nominated'])}"
+                    f" / {_fmt(r['acceptance'])}"
                     f" / {_fmt(r['exact_gain'], signed=True)} / {_fmt(r['turns'], digits=1)}"
                 )
             rows.append(cells)
         lines = [
             markdown_table(header, rows),
             "",
-            "loc: nominated segments holding a true pivot; chance: the same for a uniformly random admissible "
-            "segment (exact expectation); nom: nominated / eligible groups (the rest declined); acc: accepted "
-            "(Delta > 0) / verified; gain: mean exact V(post) - V(pre) of nominated segments (tabular only); "
+            "groups: eligible groups; loc: nominated segments holding a true pivot (in brackets: the same for "
+            "random admissible segments as long as the judge's, exact expectation); chance: the same for a "
+            "uniformly random admissible segment (exact expectation); nom: nominated / eligible groups (the "
+            "rest declined); acc: accepted (Delta > 0) / verified; gain: mean exact V(post) - V(pre) of "
+            "nominated segments (tabular only); "
             "len: mean turns per nominated segment (random admissible segments: about 2.5).",
         ]
         for j in judges:
             won, total = self.wins(j)
-            lines.append(f"- {j}: localisation above chance in {won} of {total} environments")
+            same, _ = self.wins(j, "matched")
+            lines.append(
+                f"- {j}: localisation above chance in {won} of {total} environments, "
+                f"above random segments of its own lengths in {same}"
+            )
         lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -238,6 +268,7 @@ def run_judge_bench(
                 for attr in ("eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns"):
                     setattr(total, attr, getattr(total, attr) + getattr(tally, attr))
                 total.gains += tally.gains
+                total.matched += tally.matched
         out.chance[name] = sum(chances) / len(chances) if chances else float("nan")
         out.results[name] = {j: t.row() for j, t in tallies.items()}
     out.seconds = time.perf_counter() - began
