@@ -35,6 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--judge-url", help="judges: also the LLM judge at this OpenAI-compatible base URL")
     bench.add_argument("--judge-model", default="default", help="judges: the model name the LLM judge asks for")
     bench.add_argument("--judge-mode", choices=("structured", "agentic"), default="structured")
+    bench.add_argument("--judge-max-tokens", type=int, default=1024, help="judges: the LLM judge's max_tokens")
+    bench.add_argument("--groups", type=int, help="judges: groups per tabular environment and batch")
+    bench.add_argument("--batches", type=int, help="judges: batches per tabular environment")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -61,8 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.judge_url:
             from prover_core.judges.llm import LLMJudge
 
-            judge = LLMJudge.from_url(args.judge_url, args.judge_model, mode=args.judge_mode)
-        return judges_command(args.quick, args.out, args.seed, args.textworld, judge)
+            judge = LLMJudge.from_url(
+                args.judge_url, args.judge_model, mode=args.judge_mode, max_tokens=args.judge_max_tokens
+            )
+        return judges_command(args.quick, args.out, args.seed, args.textworld, judge, args.groups, args.batches)
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command
 

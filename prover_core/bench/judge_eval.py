@@ -281,6 +281,8 @@ def judges_command(
     seed: int = 0,
     textworld: bool | None = None,
     llm: Judge | None = None,
+    groups: int | None = None,
+    batches: int | None = None,
 ) -> int:
     """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
     import dataclasses
@@ -288,11 +290,19 @@ def judges_command(
     from pathlib import Path
 
     base = QUICK_JUDGES if quick else FULL_JUDGES
-    settings = dataclasses.replace(base, seed=seed, textworld=(not quick) if textworld is None else textworld)
+    settings = dataclasses.replace(
+        base,
+        seed=seed,
+        textworld=(not quick) if textworld is None else textworld,
+        groups=base.groups if groups is None else groups,
+        batches=base.batches if batches is None else batches,
+    )
     bench = run_judge_bench(settings, extra_judges={"llm": llm} if llm is not None else None)
     if not settings.textworld:
         bench.notes.append("TextWorld games not run (--quick leaves them out; add --textworld)")
     command = "prover bench judges" + (" --quick" if quick else "")
+    command += f" --groups {groups}" if groups is not None else ""
+    command += f" --batches {batches}" if batches is not None else ""
     text = (
         f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
         f"{settings.group_size} per tabular environment, {settings.textworld_groups} groups per TextWorld game; "
