@@ -239,7 +239,13 @@ def run_judge_bench(
     began = time.perf_counter()
     config = ProverConfig(k=settings.k, seed=settings.seed)
     out = JudgeBench()
-    cases: list[tuple[str, Any]] = [(e.name, e) for e in (*CORRIDORS, *TOY_TEXT)]
+    cases: list[tuple[str, Any]] = [(e.name, e) for e in CORRIDORS]
+    try:
+        import gymnasium  # noqa: F401
+    except ImportError:
+        out.notes.append("gymnasium toy-text skipped: gymnasium is not installed (pip install 'prover-core[gym]')")
+    else:
+        cases += [(e.name, e) for e in TOY_TEXT]
     if settings.textworld:
         try:
             import textworld  # noqa: F401
