@@ -27,9 +27,9 @@ def _worker(out_dir: str, mode: str = "ok") -> None:
     from datasets import Dataset
     from trl import GRPOConfig
 
+    from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer
     from prover_core import ProverConfig, ReplayEnv
     from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward
-    from prover_trl.toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer
 
     seen: list[dict[str, Any]] = []
 
