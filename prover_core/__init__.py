@@ -31,7 +31,7 @@ from prover_core.errors import (
 )
 from prover_core.executors import LocalExecutor, RayExecutor
 from prover_core.grpo import group_advantages, grpo_advantages
-from prover_core.judges import DivergenceJudge, RandomJudge
+from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
 from prover_core.protocols import ContinueFn, Episode, Judge, Policy, PolicyContext, RestorableEnv, Step
 from prover_core.report import GroupRecord, Report
 from prover_core.restore import Env, LiveEpisode, ReplayEnv, SnapshotEnv
@@ -45,6 +45,7 @@ __all__ = [
     "ContinuationTimeoutError",
     "ContinueFn",
     "Decline",
+    "AnchorJudge",
     "DivergenceJudge",
     "EngineError",
     "EngineHTTPError",

@@ -52,7 +52,8 @@ def positive_float(text: str) -> float:
     return value
 
 
-# LLM-judge options of `prover demo`: (flag, dest, LLMJudgeConfig field). Each needs --judge-url.
+# LLM-judge options of `prover demo` and `prover bench judges`: (flag, dest, LLMJudgeConfig field). Each needs
+# --judge-url.
 _JUDGE_OPTIONS = (
     ("--judge-model", "judge_model", "model"),
     ("--judge-api-key-env", "judge_api_key_env", "api_key_env"),
@@ -60,6 +61,7 @@ _JUDGE_OPTIONS = (
     ("--judge-timeout", "judge_timeout", "timeout_s"),
     ("--judge-concurrency", "judge_concurrency", "max_concurrency"),
     ("--judge-attempts", "judge_attempts", "max_attempts"),
+    ("--judge-max-tokens", "judge_max_tokens", "max_tokens"),
 )
 
 
@@ -72,9 +74,25 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--group-size", type=positive_int, default=8, help="trajectories per group (default 8)")
     demo.add_argument("-k", type=positive_int, default=8, help="continuations per boundary (default 8)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--judge", choices=("divergence", "random"), default="divergence")
+    demo.add_argument("--judge", choices=("anchor", "divergence", "random"), default="anchor")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
-    llm = demo.add_argument_group("LLM judge (each option needs --judge-url)")
+    _add_llm_options(demo)
+    bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")
+    bench.add_argument("--quick", action="store_true", help="a smaller run (under 2 minutes on 2 cores)")
+    bench.add_argument("--out", default="bench-out", help="folder for bench.md, results.json and plots")
+    bench.add_argument("--only", default="accuracy,training,overhead", help="comma-separated sections to run")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--no-progress", action="store_true", help="no progress bars")
+    bench.add_argument("what", nargs="?", choices=("judges",), help="judges: the judge harness (judges x environments)")
+    bench.add_argument("--textworld", action=argparse.BooleanOptionalAction, help="judges: TextWorld games")
+    bench.add_argument("--groups", type=positive_int, help="judges: groups per tabular environment and batch")
+    bench.add_argument("--batches", type=positive_int, help="judges: batches per tabular environment")
+    _add_llm_options(bench)
+    return parser
+
+
+def _add_llm_options(command: argparse.ArgumentParser) -> None:
+    llm = command.add_argument_group("LLM judge (each option needs --judge-url)")
     llm.add_argument("--judge-url", help="use the LLM judge at this OpenAI-compatible base URL (e.g. .../v1)")
     llm.add_argument("--judge-model", help="the model name the LLM judge asks for (required with --judge-url)")
     llm.add_argument("--judge-api-key-env", help="environment variable holding the API key")
@@ -82,13 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument("--judge-timeout", type=positive_float, help="seconds per request (default 120)")
     llm.add_argument("--judge-concurrency", type=positive_int, help="requests in flight at once (default 16)")
     llm.add_argument("--judge-attempts", type=positive_int, help="attempts per request, retries included (default 4)")
-    bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")
-    bench.add_argument("--quick", action="store_true", help="a smaller run (under 2 minutes on 2 cores)")
-    bench.add_argument("--out", default="bench-out", help="folder for bench.md, results.json and plots")
-    bench.add_argument("--only", default="accuracy,training,overhead", help="comma-separated sections to run")
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
+    llm.add_argument("--judge-max-tokens", type=positive_int, help="completion tokens per answer (default 1024)")
 
 
 def _llm_judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> LLMJudge | None:
@@ -129,6 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if eligible and report.count("skipped") == eligible:
             print(f"prover demo: all {eligible} eligible groups were skipped (reasons above)", file=sys.stderr)
             return 1
+    elif args.command == "bench" and args.what == "judges":
+        from prover_core.bench.judge_eval import judges_command
+
+        judge = _llm_judge(parser, args)
+        return judges_command(args.quick, args.out, args.seed, args.textworld, judge, args.groups, args.batches)
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command
 

@@ -24,7 +24,8 @@ from prover_core.bench.progress import progress
 from prover_core.bench.suite import BASE_WEIGHTS, SUITE, Corridor
 from prover_core.bench.tabular import Sampler, compile_mdp, logits_from_weights
 from prover_core.config import ProverConfig
-from prover_core.judges import DivergenceJudge, RandomJudge
+from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
+from prover_core.protocols import Judge
 
 Method = Callable[[Batch, Sampler, np.random.Generator, int], methods.Credit]
 
@@ -34,7 +35,8 @@ def method_table(k: int = 8, spo_every: int = 4) -> list[tuple[str, Method]]:
 
     def prover(judge: str) -> Method:
         def run(batch: Batch, sampler: Sampler, rng: np.random.Generator, seed: int) -> methods.Credit:
-            chosen = DivergenceJudge() if judge == "rule" else RandomJudge(seed)
+            named: dict[str, Judge] = {"anchor": AnchorJudge(), "rule": DivergenceJudge(), "random": RandomJudge(seed)}
+            chosen = named[judge]
             return methods.prover(batch, chosen, sampler, ProverConfig(k=k, seed=seed), f"ProVer, {judge} judge")
 
         return run
@@ -45,6 +47,7 @@ def method_table(k: int = 8, spo_every: int = 4) -> list[tuple[str, Method]]:
     return [
         ("GRPO", lambda b, s, r, _: methods.grpo(b)),
         ("GiGPO (gamma=0.95)", lambda b, s, r, _: methods.gigpo(b)),
+        (f"ProVer, anchor judge (K={k})", prover("anchor")),
         (f"ProVer, rule judge (K={k})", prover("rule")),
         (f"ProVer, random judge (K={k})", prover("random")),
         (

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -180,22 +181,28 @@ def run_bonus(
     continue_from: Callable[[Trajectory, int, int], Outcome],
     config: ProverConfig,
 ) -> BonusResult:
+    """:func:`run_bonus_with` continuations from ``continue_from``."""
+    return run_bonus_with(trajectories, judge, config, continue_from=continue_from)
+
+
+def run_bonus_with(
+    trajectories: list[Trajectory], judge: Judge, config: ProverConfig, **continuations: Any
+) -> BonusResult:
     """:func:`acompute_bonus` on a private event loop (:func:`compute_bonus` inside a running loop).
 
-    ``compute_bonus`` goes through ``asyncio.run``, which on CPython 3.11 formats the repr of the
-    whole result when it restores the SIGINT handler; a plain loop avoids that fixed cost.
+    ``continuations`` are ``continue_from=...`` or ``env=..., policy=...``. ``compute_bonus`` goes
+    through ``asyncio.run``, which on CPython 3.11 formats the repr of the whole result when it
+    restores the SIGINT handler; a plain loop avoids that fixed cost.
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         loop = asyncio.new_event_loop()
         try:
-            return loop.run_until_complete(
-                acompute_bonus(trajectories, judge=judge, continue_from=continue_from, config=config)
-            )
+            return loop.run_until_complete(acompute_bonus(trajectories, judge=judge, config=config, **continuations))
         finally:
             loop.close()
-    return compute_bonus(trajectories, judge=judge, continue_from=continue_from, config=config)
+    return compute_bonus(trajectories, judge=judge, config=config, **continuations)
 
 
 def prover(batch: Batch, judge: Judge, sampler: Sampler, config: ProverConfig, name: str = "ProVer") -> Credit:

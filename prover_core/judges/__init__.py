@@ -1,12 +1,14 @@
 """Judges that nominate a segment (stage 2).
 
-``RandomJudge`` is the paper's ablation; ``DivergenceJudge`` is a rule that needs no model;
+``RandomJudge`` is the paper's ablation; ``AnchorJudge`` (group statistics at anchor states) and
+``DivergenceJudge`` are rules that need no model;
 ``LLMJudge`` speaks the OpenAI chat-completions protocol (docs/judges.md; imported on first use,
 so that code without an LLM judge does not pay for httpx and tenacity at import time).
 """
 
 from typing import TYPE_CHECKING, Any
 
+from prover_core.judges.anchor import AnchorJudge
 from prover_core.judges.divergence import DivergenceJudge
 from prover_core.judges.random_segment import RandomJudge
 
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
     from prover_core.judges.llm import LLMJudge
     from prover_core.judges.llm_config import LLMJudgeConfig
 
-__all__ = ["DivergenceJudge", "LLMJudge", "LLMJudgeConfig", "RandomJudge"]
+__all__ = ["AnchorJudge", "DivergenceJudge", "LLMJudge", "LLMJudgeConfig", "RandomJudge"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,324 @@
+"""``prover bench judges``: every judge on every environment of the harness, beside random segments.
+
+For each eligible group (success rate in (0, 0.5)) the judge is asked for a segment of the group's
+shortest successful run, and ``compute_bonus`` verifies it with ``K`` continuations from each end.
+Figures per (judge, environment), pooled over groups:
+
+* **localisation**: nominated segments that contain a true pivot / nominated segments;
+* **chance**: the same for a uniformly random admissible segment, in exact expectation (the mean over
+  every admissible segment of each eligible group's run);
+* **nominated**: nominated / eligible groups (the rest were declined or skipped);
+* **acceptance**: accepted (``Delta > 0``) / verified;
+* **exact gain** (tabular environments): the mean exact ``V(s_post) - V(s_pre)`` of nominated segments,
+  and **real accepted**: accepted segments whose exact gain is positive / accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prover_core.bench.judge_cases import CORRIDORS, TEXTWORLD, TOY_TEXT, Case, tabular_case, textworld_case
+from prover_core.bench.methods import run_bonus_with
+from prover_core.bench.tables import markdown_table
+from prover_core.config import ProverConfig
+from prover_core.data import SegmentRules, Trajectory
+from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
+from prover_core.protocols import Judge
+from prover_core.trigger import is_eligible, representative, success_rate
+
+
+@dataclass
+class JudgeTally:
+    """Running totals of one judge on one environment."""
+
+    eligible: int = 0
+    nominated: int = 0
+    hits: int = 0
+    verified: int = 0
+    accepted: int = 0
+    real_accepted: int = 0
+    turns: int = 0
+    matched: list[float] = field(default_factory=list)
+    gains: list[float] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def row(self) -> dict[str, float]:
+        nan = float("nan")
+        return {
+            "eligible": self.eligible,
+            "nominated": self.nominated / self.eligible if self.eligible else nan,
+            "localisation": self.hits / self.nominated if self.nominated else nan,
+            "acceptance": self.accepted / self.verified if self.verified else nan,
+            "exact_gain": sum(self.gains) / len(self.gains) if self.gains else nan,
+            "real_accepted": self.real_accepted / self.accepted if self.accepted and self.gains else nan,
+            "turns": self.turns / self.nominated if self.nominated else nan,
+            "matched_chance": sum(self.matched) / len(self.matched) if self.matched else nan,
+        }
+
+
+def hit(pivots: frozenset[int], start: int, end: int) -> bool:
+    """Whether the segment ``[start, end]`` holds a true pivot."""
+    return any(start <= t <= end for t in pivots)
+
+
+def chance(case: Case, rules: SegmentRules, config: ProverConfig) -> float:
+    """The localisation of a uniformly random admissible segment, in exact expectation over eligible groups."""
+    shares = chance_shares(case, rules, config)
+    return sum(shares) / len(shares) if shares else float("nan")
+
+
+def chance_shares(case: Case, rules: SegmentRules, config: ProverConfig) -> list[float]:
+    """Per eligible group: the share of its run's admissible segments that hold a true pivot."""
+    shares: list[float] = []
+    for members in groups_of(case.trajectories).values():
+        if not is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
+            continue
+        run = representative(members)
+        candidates = rules.candidates(run)
+        if candidates:
+            shares.append(sum(hit(case.pivots[run.id], c.start, c.end) for c in candidates) / len(candidates))
+    return shares
+
+
+def matched_chance(case: Case, run: Trajectory, turns: int, config: ProverConfig) -> float:
+    """The share of ``run``'s admissible segments of exactly ``turns`` turns that hold a true pivot: the
+    localisation of a random segment as long as the judge's."""
+    same = [c for c in config.segment_rules.candidates(run) if c.num_turns == turns]
+    return sum(hit(case.pivots[run.id], c.start, c.end) for c in same) / len(same) if same else float("nan")
+
+
+def groups_of(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
+    out: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        out.setdefault(t.group_id, []).append(t)
+    return out
+
+
+def evaluate(case: Case, judge: Judge, config: ProverConfig) -> JudgeTally:
+    """Run ``compute_bonus`` on the case with ``judge`` and score every eligible group's nomination."""
+    result = run_bonus_with(case.trajectories, judge, config, **case.continuations)
+    tally = JudgeTally()
+    for g in result.report.groups:
+        if g.status == "not_eligible":
+            continue
+        tally.eligible += 1
+        tally.statuses[g.status] = tally.statuses.get(g.status, 0) + 1
+        if g.proposal is None or g.trajectory_id is None:
+            continue
+        seg = g.proposal.segment
+        tally.nominated += 1
+        tally.turns += seg.num_turns
+        tally.matched.append(matched_chance(case, result.trajectories[g.trajectory_id], seg.num_turns, config))
+        tally.hits += hit(case.pivots[g.trajectory_id], seg.start, seg.end)
+        gain = case.gain(g.trajectory_id, seg.start, seg.end) if case.gain is not None else None
+        if gain is not None:
+            tally.gains.append(gain)
+        if g.verification is not None and not g.verification.incomplete:
+            tally.verified += 1
+            if g.status == "accepted":
+                tally.accepted += 1
+                tally.real_accepted += gain is not None and gain > 0
+    return tally
+
+
+def offline_judges(seed: int) -> dict[str, Judge]:
+    """The judges that need no server: the default (anchor), the divergence rule and random segments."""
+    return {"anchor": AnchorJudge(), "divergence": DivergenceJudge(), "random": RandomJudge(seed)}
+
+
+@dataclass(frozen=True)
+class JudgeBenchSettings:
+    """How much to run: groups per environment, batches (independent seeds), which families."""
+
+    groups: int = 16
+    batches: int = 4
+    group_size: int = 8
+    k: int = 8
+    textworld_groups: int = 8
+    textworld: bool = True
+    seed: int = 0
+
+
+QUICK_JUDGES = JudgeBenchSettings(groups=16, batches=2, textworld_groups=4)
+FULL_JUDGES = JudgeBenchSettings()
+
+
+@dataclass
+class JudgeBench:
+    """``results[env][judge]`` rows, the chance level per environment, and notes."""
+
+    results: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    chance: dict[str, float] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def wins(self, judge: str, over: str = "chance") -> tuple[int, int]:
+        """Environments where ``judge``'s localisation beats random segments: ``over="chance"`` (any length),
+        ``"matched"`` (as long as the judge's) or another judge's name. Returns (wins, environments)."""
+        won = total = 0
+        for env, rows in self.results.items():
+            mine = rows.get(judge, {}).get("localisation", float("nan"))
+            if over == "chance":
+                theirs = self.chance[env]
+            elif over == "matched":
+                theirs = rows.get(judge, {}).get("matched_chance", float("nan"))
+            else:
+                theirs = rows.get(over, {}).get("localisation", float("nan"))
+            if math.isnan(theirs):
+                continue
+            total += 1
+            won += not math.isnan(mine) and mine > theirs
+        return won, total
+
+    def markdown(self) -> str:
+        judges = sorted({j for rows in self.results.values() for j in rows}, key=_judge_order)
+        header = [
+            "environment",
+            "kind",
+            "groups",
+            "chance",
+            *[f"{j}: loc (same-length chance) / nom / acc / gain / len" for j in judges],
+        ]
+        rows = []
+        for env, by_judge in self.results.items():
+            eligible = max((int(r["eligible"]) for r in by_judge.values()), default=0)
+            cells = [env, self.kinds[env], str(eligible), _fmt(self.chance[env])]
+            for j in judges:
+                r = by_judge.get(j)
+                cells.append(
+                    "-"
+                    if r is None
+                    else f"{_fmt(r['localisation'])} ({_fmt(r['matched_chance'])}) / {_fmt(r['nominated'])}"
+                    f" / {_fmt(r['acceptance'])}"
+                    f" / {_fmt(r['exact_gain'], signed=True)} / {_fmt(r['turns'], digits=1)}"
+                )
+            rows.append(cells)
+        lines = [
+            markdown_table(header, rows),
+            "",
+            "groups: eligible groups; loc: nominated segments holding a true pivot (in brackets: the same for "
+            "random admissible segments as long as the judge's, exact expectation); chance: the same for a "
+            "uniformly random admissible segment (exact expectation); nom: nominated / eligible groups (the "
+            "rest declined); acc: accepted (Delta > 0) / verified; gain: mean exact V(post) - V(pre) of "
+            "nominated segments (tabular only); "
+            "len: mean turns per nominated segment (random admissible segments: about 2.5).",
+        ]
+        for j in judges:
+            won, total = self.wins(j)
+            same, _ = self.wins(j, "matched")
+            lines.append(
+                f"- {j}: localisation above chance in {won} of {total} environments, "
+                f"above random segments of its own lengths in {same}"
+            )
+        lines += [f"- {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _judge_order(name: str) -> tuple[int, str]:
+    order = {"anchor": 0, "divergence": 1, "random": 2}
+    return order.get(name, 3), name
+
+
+def _fmt(value: float, signed: bool = False, digits: int = 2) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def run_judge_bench(
+    settings: JudgeBenchSettings = QUICK_JUDGES,
+    extra_judges: Mapping[str, Judge] | None = None,
+    textworld_cache: str | None = None,
+) -> JudgeBench:
+    """Every judge on every environment; ``extra_judges`` (say, an LLM judge) join the offline ones."""
+    began = time.perf_counter()
+    config = ProverConfig(k=settings.k, seed=settings.seed)
+    out = JudgeBench()
+    cases: list[tuple[str, Any]] = [(e.name, e) for e in CORRIDORS]
+    try:
+        import gymnasium  # noqa: F401
+    except ImportError:
+        out.notes.append("gymnasium toy-text skipped: gymnasium is not installed (pip install 'prover-core[gym]')")
+    else:
+        cases += [(e.name, e) for e in TOY_TEXT]
+    if settings.textworld:
+        try:
+            import textworld  # noqa: F401
+        except ImportError:
+            out.notes.append(
+                "TextWorld games skipped: textworld is not installed (pip install 'prover-core[textworld]')"
+            )
+        else:
+            cases += [(kind.name, kind) for kind in TEXTWORLD]
+    for name, env in cases:
+        tallies: dict[str, JudgeTally] = {}
+        chances: list[float] = []
+        batches = settings.batches if env in (*CORRIDORS, *TOY_TEXT) else 1
+        for b in range(batches):
+            seed = settings.seed * 1000 + b
+            if env in TEXTWORLD:
+                case = textworld_case(env, settings.textworld_groups, settings.group_size, seed, textworld_cache)
+            else:
+                case = tabular_case(env, settings.groups, settings.group_size, seed)
+            out.kinds[name] = case.kind
+            chances += chance_shares(case, config.segment_rules, config)
+            judges: dict[str, Judge] = {**offline_judges(seed), **(extra_judges or {})}
+            for judge_name, judge in judges.items():
+                tally = evaluate(case, judge, config)
+                total = tallies.setdefault(judge_name, JudgeTally())
+                for attr in ("eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns"):
+                    setattr(total, attr, getattr(total, attr) + getattr(tally, attr))
+                total.gains += tally.gains
+                total.matched += tally.matched
+        out.chance[name] = sum(chances) / len(chances) if chances else float("nan")
+        out.results[name] = {j: t.row() for j, t in tallies.items()}
+    out.seconds = time.perf_counter() - began
+    return out
+
+
+def judges_command(
+    quick: bool,
+    out: str,
+    seed: int = 0,
+    textworld: bool | None = None,
+    llm: Judge | None = None,
+    groups: int | None = None,
+    batches: int | None = None,
+) -> int:
+    """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    base = QUICK_JUDGES if quick else FULL_JUDGES
+    settings = dataclasses.replace(
+        base,
+        seed=seed,
+        textworld=(not quick) if textworld is None else textworld,
+        groups=base.groups if groups is None else groups,
+        batches=base.batches if batches is None else batches,
+    )
+    bench = run_judge_bench(settings, extra_judges={"llm": llm} if llm is not None else None)
+    if not settings.textworld:
+        bench.notes.append("TextWorld games not run (--quick leaves them out; add --textworld)")
+    command = "prover bench judges" + (" --quick" if quick else "")
+    command += f" --groups {groups}" if groups is not None else ""
+    command += f" --batches {batches}" if batches is not None else ""
+    text = (
+        f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
+        f"{settings.group_size} per tabular environment, {settings.textworld_groups} groups per TextWorld game; "
+        f"K = {settings.k}; {bench.seconds:.1f} s\n\n{bench.markdown()}\n"
+    )
+    print(text)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "judges.md").write_text(text, encoding="utf-8")
+    payload = {"settings": dataclasses.asdict(settings), "chance": bench.chance, "results": bench.results}
+    (folder / "judges.json").write_text(json.dumps(payload, indent=2, allow_nan=True), encoding="utf-8")
+    print(f"written to {out}/ (judges.md, judges.json)")
+    return 0
