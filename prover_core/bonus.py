@@ -29,6 +29,7 @@ from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Trajectory
 from prover_core.errors import InvalidBatchError, ProverError
 from prover_core.grpo import grpo_advantages
+from prover_core.pairing import paired
 from prover_core.propose import propose
 from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
@@ -102,6 +103,7 @@ def _continuer(
         return hook_continuer(continue_from)
     if env is None or policy is None:
         raise ValueError("compute_bonus needs env and policy, or continue_from")
+    env, policy = paired(config.pairing, env, policy)
     return env_continuer(env, policy, config.max_continuation_turns)
 
 
