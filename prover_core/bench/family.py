@@ -141,14 +141,20 @@ def policy(fam: Family, w: FloatArray) -> FloatArray:
 
 
 def values(fam: Family, pi: FloatArray) -> FloatArray:
-    """``V[h, n, s]`` for ``h = 0..max_horizon`` (the recursion of the module docstring)."""
-    v = np.zeros((fam.max_horizon + 1, fam.n, STATES))
-    rows = np.arange(fam.n)[:, None, None, None]
-    w = pi[..., None] * fam.prob
-    win = (w * (fam.done & fam.win)).sum(axis=(-1, -2))
-    go = w * ~fam.done
+    """``V[h, n, s]`` for ``h = 0..max_horizon`` (the recursion of the module docstring).
+
+    The policy's transition matrix ``M[n, s, s'] = sum_{a,k: not done} pi(a | s) P_k(s, a) 1[s'_k = s']`` and
+    win probability ``w[n, s]`` are built once; then ``V_h = w + M V_{h-1}``.
+    """
+    n = fam.n
+    weight = pi[..., None] * fam.prob
+    win = (weight * (fam.done & fam.win)).sum(axis=(-1, -2))
+    src = (np.arange(n)[:, None] * STATES + np.arange(STATES)[None, :])[:, :, None, None] * STATES
+    flat = np.bincount((src + fam.nxt).ravel(), weights=(weight * ~fam.done).ravel(), minlength=n * STATES * STATES)
+    move = flat.reshape(n, STATES, STATES)
+    v = np.zeros((fam.max_horizon + 1, n, STATES))
     for h in range(1, fam.max_horizon + 1):
-        v[h] = win + (go * v[h - 1][rows, fam.nxt]).sum(axis=(-1, -2))
+        v[h] = win + np.einsum("nst,nt->ns", move, v[h - 1])
     return v
 
 
