@@ -33,12 +33,12 @@ def test_exact_values_by_hand() -> None:
     v = F.values(fam, pi)
     assert v[2, 0, 0] == pytest.approx(4 / 9)
     assert v[3, 0, 0] == pytest.approx(4 / 9 + 2 * (2 / 3) * (1 / 3) * (2 / 3))
-    assert v[1, 0, 4] == pytest.approx(2 / 3)  # at the exit (state 4 * 1) with one turn left
+    assert v[1, 0, 8] == pytest.approx(2 / 3)  # at the exit (state 8 * 1) with one turn left
     # an item in room 1 of 3: at room 1 the policy takes it with 1.5 / 7.5 per turn before leaving
     fam = corridor(3, 1, -1, 0.0, 20)
     v = F.values(fam, F.policy(fam, F.initial_weights()))
     take, go = 1.5 / 7.5, 4 / 7.5
-    assert v[20, 0, 4] == pytest.approx(take / (take + go), abs=1e-4)  # the door opens surely with 20 turns
+    assert v[20, 0, 8] == pytest.approx(take / (take + go), abs=1e-4)  # the door opens surely with 20 turns
 
 
 def test_rollouts_match_exact_success() -> None:

@@ -2,10 +2,11 @@
 
 Task ``n`` is a one-way corridor of ``L_n`` rooms (5-8) walked in ``H_n`` turns at most. One or two
 rooms hold an *item* (pivotal: the exit door opens only when every item is carried, so walking past
-one dooms the episode); one room holds a *decoy* (taking it does nothing: a harmless turn). ``go east``
-slips (stays) with probability ``slip_n``; ``wait`` and ``look around`` change nothing but the clock.
+one dooms the episode); one room holds a *decoy* that looks like an item (taking it costs a turn and
+changes nothing else). ``go east`` slips (stays) with probability ``slip_n``; ``wait`` and ``look around`` change nothing but the clock.
 
-A state is ``(room, carried)`` with index ``4 * room + carried``; the policy sees only the features
+A state is ``(room, carried)`` with index ``8 * room + carried`` (bits 0-1: the items, bit 2: the decoy);
+the policy sees only the features
 
     phi(s) = [1, something lies here, at the exit, carrying every item, room / (L_n - 1)]
 
@@ -35,7 +36,8 @@ BoolArray = NDArray[np.bool_]
 ACTIONS = ("go east", "wait", "look around", "take it", "open the door")
 GO, WAIT, LOOK, TAKE, OPEN = range(5)
 FEATURES = ("bias", "something here", "at exit", "carry all", "progress")
-MAX_ROOMS, MASKS = 8, 4
+MAX_ROOMS, MASKS = 8, 8
+DECOY_BIT = 4
 STATES = MAX_ROOMS * MASKS
 INITIAL_WEIGHTS = (4.0, 1.0, 1.0, 1.5, 4.0)
 """``pi(a | s) ∝ INITIAL_WEIGHTS[a]`` at the start of training (the bias column of ``W``)."""
@@ -72,7 +74,7 @@ class Family:
 
 
 def make_family(n: int, rng: np.random.Generator) -> Family:
-    """``n`` random tasks: 5-8 rooms, 1-2 items, one decoy, slip in [0.1, 0.3], horizon ``L + 3 + items``."""
+    """``n`` random tasks: 5-8 rooms, 1-2 items, one decoy, slip in [0.1, 0.3], horizon ``L + 4 + items``."""
     rooms = rng.integers(5, MAX_ROOMS + 1, n)
     n_items = rng.integers(1, 3, n)
     items = np.full((n, 2), -1, dtype=np.int64)
@@ -82,7 +84,7 @@ def make_family(n: int, rng: np.random.Generator) -> Family:
         items[t, : n_items[t]] = np.sort(inner[: n_items[t]])
         decoy[t] = inner[n_items[t]]
     slip = rng.uniform(0.1, 0.3, n)
-    horizon = rooms + 3 + n_items
+    horizon = rooms + 4 + n_items
     return build(rooms, items, decoy, slip, horizon)
 
 
@@ -102,26 +104,27 @@ def build(rooms: IntArray, items: IntArray, decoy: IntArray, slip: FloatArray, h
         for s in range(STATES):
             room, carried = divmod(s, MASKS)
             prob[t, s, :, 0], nxt[t, s, :, :] = 1.0, s
-            if room >= rooms[t] or carried & ~full:  # unreachable padding: a self-loop on wait
+            if room >= rooms[t] or carried & ~(full | DECOY_BIT):  # unreachable padding: a self-loop on wait
                 allowed[t, s, WAIT] = True
                 continue
             item = next((i for i in range(2) if items[t, i] == room and not carried >> i & 1), None)
-            here = item is not None or decoy[t] == room
+            lure = decoy[t] == room and not carried & DECOY_BIT
+            here = item is not None or lure
             exit_ = room == rooms[t] - 1
-            phi[t, s] = (1.0, float(here), float(exit_), float(carried == full), room / (rooms[t] - 1))
-            obs[t, s] = 8 * room + 4 * here + 2 * exit_ + (carried == full)
+            has_all = carried & full == full
+            phi[t, s] = (1.0, float(here), float(exit_), float(has_all), room / (rooms[t] - 1))
+            obs[t, s] = 8 * room + 4 * here + 2 * exit_ + has_all
             allowed[t, s, [WAIT, LOOK]] = True
             if exit_:
                 allowed[t, s, OPEN] = True
-                done[t, s, OPEN, 0], win[t, s, OPEN, 0] = True, carried == full
+                done[t, s, OPEN, 0], win[t, s, OPEN, 0] = True, has_all
                 continue
             allowed[t, s, GO] = True
             prob[t, s, GO] = (1.0 - slip[t], slip[t])
             nxt[t, s, GO, 0] = s + MASKS
             if here:
                 allowed[t, s, TAKE] = True
-                if item is not None:
-                    nxt[t, s, TAKE, 0] = s | 1 << item
+                nxt[t, s, TAKE, 0] = s | (1 << item if item is not None else DECOY_BIT)
     return Family(rooms, horizon, items, decoy, phi, allowed, prob, nxt, done, win, obs)
 
 

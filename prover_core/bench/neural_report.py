@@ -141,9 +141,9 @@ def sweep_table(runs: Runs) -> str:
 
 PAIRING_CASES = {
     "wait at turn 0 (harmless, state unchanged)": ((0, 0), (0, 1)),
-    "go east at turn 0 (what the policy does anyway)": ((0, 0), (4, 1)),
-    "take the item in room 2 (pivotal)": ((8, 2), (9, 3)),
-    "take the decoy in room 3 (harmless)": ((13, 3), (13, 4)),
+    "go east at turn 0 (what the policy does anyway)": ((0, 0), (8, 1)),
+    "take the item in room 2 (pivotal)": ((16, 2), (17, 3)),
+    "take the decoy in room 3 (harmless)": ((25, 3), (29, 4)),
 }
 
 

@@ -37,7 +37,7 @@ class Settings:
     overhead_lengths: tuple[int, ...] = (10, 25, 50, 100, 200)
     neural_seeds: int = 10
     neural_steps: int = 100
-    neural_lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
+    neural_lrs: tuple[float, ...] = (0.0025, 0.005, 0.01)
     neural_bias_batches: int = 200
     k: int = 8
     seed: int = 0
@@ -54,7 +54,7 @@ QUICK = Settings(
     overhead_lengths=(10, 50, 200),
     neural_seeds=3,
     neural_steps=15,
-    neural_lrs=(0.03, 0.1),
+    neural_lrs=(0.005, 0.01),
     neural_bias_batches=20,
 )
 FULL = Settings()
