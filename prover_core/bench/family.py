@@ -3,7 +3,8 @@
 Task ``n`` is a one-way corridor of ``L_n`` rooms (5-8) walked in ``H_n`` turns at most. One or two
 rooms hold an *item* (pivotal: the exit door opens only when every item is carried, so walking past
 one dooms the episode); one room holds a *decoy* that looks like an item (taking it costs a turn and
-changes nothing else). ``go east`` slips (stays) with probability ``slip_n``; ``wait`` and ``look around`` change nothing but the clock.
+changes nothing else). ``go east`` slips (stays) with probability ``slip_n``; ``wait`` and ``look around``
+change nothing but the clock.
 
 A state is ``(room, carried)`` with index ``8 * room + carried`` (bits 0-1: the items, bit 2: the decoy);
 the policy sees only the features
