@@ -210,3 +210,44 @@ def test_sweep_pairs_seeds_sizes_matched_grpo_and_picks_the_best_lr() -> None:
     run = runs["ProVer, rule judge"][best_lr(runs["ProVer, rule judge"])][0]
     budget = grpo[best][0].env_steps[-1]
     assert run.at_env_steps(budget) == pytest.approx(float(np.interp(budget, run.env_steps, run.success)))
+
+
+def _batch(seed: int = 3) -> tuple[F.Family, np.ndarray, F.Rollouts, np.ndarray]:
+    fam = F.make_family(16, np.random.default_rng(seed))
+    pi = F.policy(fam, F.initial_weights())
+    n = 16 * 8
+    zero = np.zeros(n, dtype=np.int64)
+    ro = F.rollout(fam, pi, np.repeat(np.arange(16), 8), zero, zero, np.arange(n, dtype=np.uint64))
+    reward = ro.success.astype(np.float64).reshape(16, 8)
+    per_turn = np.where(ro.states >= 0, (reward - reward.mean(axis=1, keepdims=True)).reshape(-1)[:, None], 0.0)
+    return fam, pi, ro, per_turn
+
+
+def test_prover_credits_the_oracle_turn_with_delta_close_to_the_exact_effect() -> None:
+    fam, pi, ro, grpo = _batch()
+    per_turn = grpo.copy()
+    log = N.StepLog()
+    N._prover(N.Method("oracle", "oracle"), fam, pi, ro, per_turn, log, 0, 0, 8, 20_000, 1.0)
+    values = F.values(fam, pi)
+    changed = np.argwhere(~np.isclose(per_turn, grpo))
+    assert log.accepted == len(changed) > 0 and log.verified >= log.accepted
+    assert log.extra_turns > 0 and log.rollout_turns == 0  # the caller counts rollout turns
+    for i, t in changed:
+        g = i // 8
+        wins = ro.success[g * 8 : (g + 1) * 8]
+        assert 0 < wins.sum() < 4 and ro.success[i]  # trigger, and a success
+        assert ro.length[i] == min(ro.length[j] for j in range(g * 8, (g + 1) * 8) if ro.success[j])
+        h = int(fam.horizon[g])
+        exact = values[h - t - 1, g, ro.states[i, t + 1]] - values[h - t, g, ro.states[i, t]]
+        along = [values[h - u, g, ro.states[i, u]] for u in range(int(ro.length[i]))]
+        assert exact == pytest.approx(max(np.diff(along)), abs=1e-12)  # the largest exact advantage
+        assert per_turn[i, t] - grpo[i, t] == pytest.approx(exact, abs=0.03)  # Delta, K = 20,000
+
+
+def test_free_samples_replace_continuations() -> None:
+    fam, pi, ro, grpo = _batch()
+    plain, free = N.StepLog(), N.StepLog()
+    N._prover(N.Method("r", "rule"), fam, pi, ro, grpo.copy(), plain, 0, 0, 8, 8, 1.0)
+    N._prover(N.Method("f", "rule", free_samples=True), fam, pi, ro, grpo.copy(), free, 0, 0, 8, 8, 1.0)
+    assert free.verified == plain.verified > 0 and free.free > 0
+    assert free.extra_turns < plain.extra_turns

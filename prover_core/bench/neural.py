@@ -19,7 +19,8 @@ ids, :func:`divergence`), ``oracle`` (the turn with the largest exact advantage)
 admissible segment of at most 4 turns, as :class:`~prover_core.judges.RandomJudge`).
 
 With ``free_samples``, group members that reached a boundary state (:mod:`prover_core.free_samples`)
-replace continuations there; they are selection-biased (see that module), so this is off by default.
+replace up to ``K / 2`` of its continuations; they are selection-biased (see that module), so this is
+off by default.
 """
 
 from __future__ import annotations
