@@ -251,3 +251,24 @@ def test_free_samples_replace_continuations() -> None:
     N._prover(N.Method("f", "rule", free_samples=True), fam, pi, ro, grpo.copy(), free, 0, 0, 8, 8, 1.0)
     assert free.verified == plain.verified > 0 and free.free > 0
     assert free.extra_turns < plain.extra_turns
+
+
+def test_continuation_advantages_by_hand() -> None:
+    success = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    boundary = np.array([0, 0, 0, 1, 1, 2])
+    # boundary 0: others' means 0, 1/2, 1/2; boundary 1: 1, 1; boundary 2 alone: 0
+    assert N.continuation_advantages(success, boundary) == pytest.approx([1.0, -0.5, -0.5, 0.0, 0.0, 0.0])
+
+
+def test_continuations_as_training_data_are_returned_with_their_advantages() -> None:
+    fam, pi, ro, grpo = _batch()
+    out = N._prover(
+        N.Method("c", "rule", continuation_data=True), fam, pi, ro, grpo.copy(), N.StepLog(), 0, 0, 8, 8, 1.0
+    )
+    assert out is not None
+    cont, adv = out
+    assert adv.shape == cont.states.shape and np.all(adv[cont.states < 0] == 0.0)
+    assert np.all(np.abs(adv[cont.states >= 0]) <= 1.0)
+    run = N.train_run(N.Method("c", "rule", continuation_data=True), 0, 0.01, fam, fam, steps=2)
+    plain = N.train_run(N.Method("r", "rule"), 0, 0.01, fam, fam, steps=2)
+    assert run.env_steps[:2] == plain.env_steps[:2] and run.success[1] != plain.success[1]

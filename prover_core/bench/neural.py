@@ -47,6 +47,8 @@ class Method:
     judge: JudgeName | None = None
     keying: Keying = "turn"
     free_samples: bool = False
+    continuation_data: bool = False
+    """Train on the continuations too: each a partial trajectory with advantage :func:`continuation_advantages`."""
     matched: bool = False
     """GRPO with ProVer's (rule judge) extra environment steps spent as more group members."""
 
@@ -144,10 +146,16 @@ def train_run(
         mask = ro.states >= 0
         per_turn = np.where(mask, adv[:, None], 0.0)
         log = StepLog(rollout_turns=int(ro.length.sum()))
+        extra = None
         if method.judge is not None:
-            _prover(method, sub, pi, ro, per_turn, log, seed, step, group_size, k, lam)
+            extra = _prover(method, sub, pi, ro, per_turn, log, seed, step, group_size, k, lam)
         spent += log.rollout_turns + log.extra_turns
-        g = _gradient(sub, pi, ro, per_turn, mask) / n
+        g = _gradient(sub, pi, ro, per_turn, mask)
+        if method.continuation_data and extra is not None:
+            cont, cont_adv = extra
+            g = g + _gradient(sub, pi, cont, cont_adv, cont.states >= 0)
+            n += len(cont.tasks)
+        g = g / n
         m1 = 0.9 * m1 + 0.1 * g
         m2 = 0.999 * m2 + 0.001 * g * g
         w = w + lr * (m1 / (1 - 0.9 ** (step + 1))) / (np.sqrt(m2 / (1 - 0.999 ** (step + 1))) + 1e-8)
@@ -179,8 +187,11 @@ def _prover(
     group_size: int,
     k: int,
     lam: float,
-) -> None:
-    """Add ``lam * Delta`` on each accepted segment to ``per_turn`` (in place) and log the cost."""
+) -> tuple[F.Rollouts, FloatArray] | None:
+    """Add ``lam * Delta`` on each accepted segment to ``per_turn`` (in place) and log the cost.
+
+    Returns the continuations and their per-turn advantages (:func:`continuation_advantages`), or ``None``.
+    """
     judge_rng = np.random.default_rng([seed, step, 7])
     values = F.values(sub, pi)
     plans: list[tuple[int, int, int, int]] = []  # (group, rep, l, r)
@@ -213,7 +224,7 @@ def _prover(
             s, e = cands[int(judge_rng.integers(len(cands)))]
             plans.append((g, rep, s, e))
     if not plans:
-        return
+        return None
     starts, counts, owners = [], [], []
     free_sum = np.zeros((len(plans), 2))
     free_n = np.zeros((len(plans), 2), dtype=np.int64)
@@ -254,6 +265,17 @@ def _prover(
             h = int(sub.horizon[g])
             exact = values[h - end - 1, g, ro.states[rep, end + 1]] - values[h - start, g, ro.states[rep, start]]
             log.harmless_accepted += int(exact <= 0.02)
+    boundary = plan_of * 2 + side_of
+    adv = continuation_advantages(cont.success.astype(np.float64), boundary)
+    return cont, np.where(cont.states >= 0, adv[:, None], 0.0)
+
+
+def continuation_advantages(success: FloatArray, boundary: NDArray[np.int64]) -> FloatArray:
+    """``A_c = R_c - mean of the other continuations from the same boundary`` (leave-one-out; 0 if alone)."""
+    total = np.bincount(boundary, weights=success)[boundary]
+    count = np.bincount(boundary)[boundary]
+    out: FloatArray = np.where(count > 1, success - (total - success) / np.maximum(count - 1, 1), 0.0)
+    return out
 
 
 def matched_group_size(group_size: int, share: float) -> int:
@@ -291,7 +313,11 @@ def sweep(
     for lr, m in bar(jobs, len(jobs), "neural miniature", progress):
         size = group_size
         if m.matched:
-            ref = next(x for x in methods if x.judge == "rule" and x.keying == "turn" and not x.free_samples)
+            ref = next(
+                x
+                for x in methods
+                if x.judge == "rule" and x.keying == "turn" and not x.free_samples and not x.continuation_data
+            )
             done = runs[ref.name][lr]
             share = sum(r.extra_share() * sum(x.rollout_turns for x in r.logs) for r in done) / sum(
                 sum(x.rollout_turns for x in r.logs) for r in done
@@ -310,6 +336,7 @@ DEFAULT_METHODS = (
     Method("ProVer, random judge", "random"),
     Method("ProVer, rule judge, sequential pairing", "rule", keying="sequential"),
     Method("ProVer, rule judge, free samples", "rule", free_samples=True),
+    Method("ProVer, rule judge, continuations as data", "rule", continuation_data=True),
 )
 """The rows of the benchmark (turn-keyed pairing unless named)."""
 
