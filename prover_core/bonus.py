@@ -43,6 +43,7 @@ from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
+from prover_core.pairing import paired
 from prover_core.propose import propose
 from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
@@ -154,6 +155,7 @@ def _continuer(
         raise ValueError("compute_bonus needs env and policy, or continue_from")
     _check_env(env)
     check_protocol(policy, "policy", "act", "context", "Wrap a function: class P: def act(self, context): ...")
+    env, policy = paired(config.pairing, env, policy)
     return env_continuer(env, policy, config.max_continuation_turns, threaded)
 
 

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")
     bench.add_argument("--quick", action="store_true", help="a smaller run (under 2 minutes on 2 cores)")
     bench.add_argument("--out", default="bench-out", help="folder for bench.md, results.json and plots")
-    bench.add_argument("--only", default="accuracy,training,overhead", help="comma-separated sections to run")
+    bench.add_argument("--only", default="accuracy,training,overhead,neural", help="comma-separated sections to run")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--no-progress", action="store_true", help="no progress bars")
     bench.add_argument("what", nargs="?", choices=("judges",), help="judges: the judge harness (judges x environments)")

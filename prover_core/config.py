@@ -58,6 +58,9 @@ class ProverConfig(BaseModel):
     out"). Synchronous judges run in threads (concurrently); a blocked one is abandoned, not killed."""
     paired_seeds: bool = True
     """*library*: continuation i from the pre and the post boundary share seed i (common random numbers)."""
+    pairing: Literal["sequential", "turn"] = "sequential"
+    """*library*: with paired seeds, continuations draw in order ("sequential") or keyed by absolute turn ("turn",
+    prover_core/pairing.py: needs an env whose restored episodes expose .env.reseed)."""
     seed: int = 0
     """*library*: root of every continuation seed, so a step's verification is reproducible."""
     max_continuation_turns: int = Field(default=100, ge=1)

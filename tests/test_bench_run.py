@@ -25,13 +25,17 @@ TINY = Settings(
     overhead_repeats=1,
     overhead_batch_sizes=(16,),
     overhead_lengths=(10,),
+    neural_seeds=2,
+    neural_steps=2,
+    neural_lrs=(0.1,),
+    neural_bias_batches=2,
 )
 
 
 def test_run_bench_writes_tables_json_and_plots(tmp_path: Path) -> None:
     result = run_bench(TINY, tmp_path, show_progress=False, command="test")
     text = (tmp_path / "bench.md").read_text()
-    for heading in ("## Credit accuracy", "## Training", "## Overhead"):
+    for heading in ("## Credit accuracy", "## Training", "## Overhead", "## Neural miniature", "Exact pairing"):
         assert heading in text
     assert "ProVer, rule judge (K=8)" in text and "VinePPO K=8, all runs" in text and "GiGPO" in text
     assert "GRPO budget-matched" in text
@@ -40,7 +44,16 @@ def test_run_bench_writes_tables_json_and_plots(tmp_path: Path) -> None:
     assert [t["batch_size"] for t in data["overhead"]["batch"]] == [16, 128]
     assert len(data["training"]["key"][0]["mean"]) == TINY.training_steps + 1
     pytest.importorskip("matplotlib")
-    assert {Path(p).name for p in result.plots} == {"localisation.png", "training-key.png", "overhead.png"}
+    assert len(data["neural"]["ProVer, rule judge"]["0.1"]) == 2 and set(data["neural_free_sample_bias"]) == {
+        "pre",
+        "post",
+    }
+    assert {Path(p).name for p in result.plots} == {
+        "localisation.png",
+        "training-key.png",
+        "overhead.png",
+        "neural.png",
+    }
     assert all((tmp_path / Path(p).name).stat().st_size > 1000 for p in result.plots)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prover_core.bench.run import FULL, QUICK, run_bench
 
-SECTIONS = ("accuracy", "training", "overhead")
+SECTIONS = ("accuracy", "training", "overhead", "neural")
 
 
 def bench_command(quick: bool, out: str, only: str, seed: int = 0, show_progress: bool = True) -> int:

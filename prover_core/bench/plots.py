@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from prover_core.bench.neural import NeuralRun
 from prover_core.bench.overhead import Timing
 from prover_core.bench.training import Curve
 
@@ -91,6 +92,41 @@ def plot_accuracy(results: Mapping[str, Mapping[str, Mapping[str, float]]], out:
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     path = out / "localisation.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def plot_neural(runs: Mapping[str, Mapping[float, Sequence[NeuralRun]]], out: Path) -> list[Path]:
+    """Held-out success against optimizer steps and environment steps, each method at its best lr."""
+    from prover_core.bench.neural_report import best_lr
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    grid = None
+    for name, by_lr in runs.items():
+        lr = best_lr(by_lr)
+        rs = by_lr[lr]
+        success = np.array([r.success for r in rs])
+        mean = success.mean(axis=0)
+        hw = 1.96 * success.std(axis=0, ddof=1) / np.sqrt(len(rs)) if len(rs) > 1 else 0 * mean
+        axes[0].plot(np.arange(len(mean)), mean, label=f"{name} (lr {lr:g})")
+        axes[0].fill_between(np.arange(len(mean)), mean - hw, mean + hw, alpha=0.15)
+        if grid is None:
+            grid = np.linspace(0, max(r.env_steps[-1] for r in rs), 200)
+        on_grid = np.array([np.interp(grid, r.env_steps, r.success, right=np.nan) for r in rs])
+        axes[1].plot(grid, on_grid.mean(axis=0))
+    axes[0].set_xlabel("optimizer step")
+    axes[1].set_xlabel("environment steps (rollouts + continuations), thousands")
+    axes[1].xaxis.set_major_formatter(lambda x, _pos: f"{x / 1000:g}")
+    for ax in axes:
+        ax.set_ylabel("exact held-out success (128 tasks)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    n = len(next(iter(next(iter(runs.values())).values())))
+    fig.suptitle(f"Neural miniature: shared linear-softmax policy, {n} paired seeds (mean, 95% CI)")
+    fig.tight_layout()
+    path = out / "neural.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]

@@ -12,7 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from prover_core.bench import family as F
+from prover_core.bench import neural, neural_report
 from prover_core.bench.accuracy import run_accuracy
+from prover_core.bench.neural import NeuralRun
 from prover_core.bench.overhead import Timing, run_overhead
 from prover_core.bench.suite import SUITE, by_name
 from prover_core.bench.tables import accuracy_table, overhead_table, scaling_lines, training_table
@@ -32,9 +35,13 @@ class Settings:
     overhead_repeats: int = 15
     overhead_batch_sizes: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
     overhead_lengths: tuple[int, ...] = (10, 25, 50, 100, 200)
+    neural_seeds: int = 10
+    neural_steps: int = 100
+    neural_lrs: tuple[float, ...] = (0.0025, 0.005, 0.01)
+    neural_bias_batches: int = 200
     k: int = 8
     seed: int = 0
-    sections: tuple[str, ...] = field(default=("accuracy", "training", "overhead"))
+    sections: tuple[str, ...] = field(default=("accuracy", "training", "overhead", "neural"))
 
 
 QUICK = Settings(
@@ -45,6 +52,10 @@ QUICK = Settings(
     overhead_repeats=3,
     overhead_batch_sizes=(32, 128, 512),
     overhead_lengths=(10, 50, 200),
+    neural_seeds=3,
+    neural_steps=15,
+    neural_lrs=(0.005, 0.01),
+    neural_bias_batches=20,
 )
 """``prover bench --quick``: a smaller run (under 2 minutes on 2 cores)."""
 FULL = Settings()
@@ -60,6 +71,9 @@ class BenchResult:
     training: dict[str, list[Curve]] = field(default_factory=dict)
     training_info: dict[str, dict[str, float]] = field(default_factory=dict)
     overhead: dict[str, list[Timing]] = field(default_factory=dict)
+    neural: dict[str, dict[float, list[NeuralRun]]] = field(default_factory=dict)
+    neural_sizes: dict[float, int] = field(default_factory=dict)
+    neural_free_bias: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     plots: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -111,6 +125,13 @@ class BenchResult:
                 f"({1e3 * t.bonus_async:.1f} ms awaited on a running loop), "
                 f"GRPO {1e3 * t.grpo:.2f} ms in the same run.",
             ]
+        if self.neural:
+            parts += [
+                "",
+                neural_report.markdown(
+                    self.neural, self.neural_sizes, s.neural_steps, s.neural_seeds, self.neural_free_bias
+                ),
+            ]
         if self.plots:
             parts += ["", "Plots: " + ", ".join(Path(p).name for p in self.plots)]
         parts += ["", *self.notes] if self.notes else []
@@ -130,6 +151,15 @@ class BenchResult:
             },
             "training_info": self.training_info,
             "overhead": {k: [asdict(t) for t in v] for k, v in self.overhead.items()},
+            "neural": {
+                method: {
+                    str(lr): [{"seed": r.seed, "success": r.success, "env_steps": r.env_steps} for r in runs]
+                    for lr, runs in by_lr.items()
+                }
+                for method, by_lr in self.neural.items()
+            },
+            "neural_group_sizes": {str(lr): g for lr, g in self.neural_sizes.items()},
+            "neural_free_sample_bias": self.neural_free_bias,
         }
 
 
@@ -164,6 +194,20 @@ def run_bench(
             settings.overhead_batch_sizes, settings.overhead_lengths, settings.overhead_repeats, show_progress
         )
         result.seconds["overhead"] = time.perf_counter() - start
+    if "neural" in settings.sections:
+        start = time.perf_counter()
+        result.neural, result.neural_sizes = neural.sweep(
+            neural.DEFAULT_METHODS,
+            settings.neural_lrs,
+            settings.neural_seeds,
+            settings.neural_steps,
+            k=settings.k,
+            family_seed=settings.seed,
+            progress=show_progress,
+        )
+        train, _ = neural.families(family_seed=settings.seed)
+        result.neural_free_bias = neural.free_sample_bias(train, F.initial_weights(), settings.neural_bias_batches)
+        result.seconds["neural"] = time.perf_counter() - start
     if out is not None:
         write(result, out, command)
     return result
@@ -187,6 +231,8 @@ def write(result: BenchResult, out: Path, command: str = "prover bench") -> None
             paths += plots.plot_training(result.training, out)
         if result.overhead:
             paths += plots.plot_overhead(result.overhead, out)
+        if result.neural:
+            paths += plots.plot_neural(result.neural, out)
         result.plots = [str(p) for p in paths]
     (out / "results.json").write_text(json.dumps(result.to_json(), indent=1, default=float))
     (out / "bench.md").write_text(result.markdown(command))

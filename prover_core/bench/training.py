@@ -69,7 +69,7 @@ def train(
     steps: int,
     groups: int = 8,
     group_size: int = 8,
-    lr: float = 2.0,
+    lr: float = 0.5,
     k: int = 8,
 ) -> Run:
     """Train from :data:`BASE_WEIGHTS` with ``method`` in ``{"grpo", "prover", "prover-random"}``."""
@@ -131,7 +131,7 @@ def run_training(
     steps: int = 60,
     groups: int = 8,
     group_size: int = 8,
-    lr: float = 2.0,
+    lr: float = 0.5,
     k: int = 8,
     with_random: bool = True,
     show_progress: bool = True,
