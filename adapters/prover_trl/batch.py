@@ -106,9 +106,7 @@ def build_trajectory(
         raise ProverTRLError(f"row {trajectory_id}: {exc}") from exc
 
 
-def owners(
-    trajectories: Sequence[Trajectory | None], rows_per_process: int, config: ProverConfig
-) -> dict[str, int]:
+def owners(trajectories: Sequence[Trajectory | None], rows_per_process: int, config: ProverConfig) -> dict[str, int]:
     """The process that credits each group: the one holding its representative successful run.
 
     ``trajectories`` are in global row order (``None`` for a row left out, e.g. of a skipped group).

@@ -111,7 +111,9 @@ class VLLMColocateEngine:
         if getattr(generation, "mode", "colocate") != "colocate":
             raise ValueError("VLLMColocateEngine needs TRL's VLLMGeneration in colocate mode")
         if int(getattr(generation, "tensor_parallel_size", 1)) != 1:
-            raise ValueError("VLLMColocateEngine: with tensor parallelism every rank of the group must generate together")
+            raise ValueError(
+                "VLLMColocateEngine: with tensor parallelism every rank of the group must generate together"
+            )
         self.generation = generation
         self.sampling_class = sampling_class
         self.batches = 0

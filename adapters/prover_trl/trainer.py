@@ -151,13 +151,12 @@ class ProverGRPOTrainer(GRPOTrainer):
     def _default_policy(self) -> Policy | None:
         """The trainer's own generation: an engine over TRL's vLLM backend, or ``TrainerPolicy``."""
         kind = backend(self)
-        if kind == "transformers" or kind == "vllm_colocate":
-            if collective_generation(self):
-                raise NotImplementedError(
-                    "ProVer continuations with the trainer's own generation need every process to generate on its "
-                    "own, but here generation is collective (DeepSpeed ZeRO-3, FSDP, or vLLM colocate with tensor "
-                    "parallelism): use vLLM server mode, or pass ProverSetup(policy=...) or continue_from=..."
-                )
+        if kind != "vllm_server" and collective_generation(self):
+            raise NotImplementedError(
+                "ProVer continuations with the trainer's own generation need every process to generate on its "
+                "own, but here generation is collective (DeepSpeed ZeRO-3, FSDP, or vLLM colocate with tensor "
+                "parallelism): use vLLM server mode, or pass ProverSetup(policy=...) or continue_from=..."
+            )
         if kind == "transformers":
             return TrainerPolicy(self, **self.prover.policy_options)
         if kind == "vllm_colocate":

@@ -25,10 +25,10 @@ require_host("requests")
 import torch  # noqa: E402
 
 from prover_core import PolicyContext, Trajectory, Turn  # noqa: E402
-from prover_core.protocols import policy_rng  # noqa: E402
 from prover_core.engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
 from prover_core.engine.policy import action_seed  # noqa: E402
 from prover_core.errors import EngineError, EngineTimeoutError  # noqa: E402
+from prover_core.protocols import policy_rng  # noqa: E402
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine  # noqa: E402
 from prover_trl.toy import tiny_causal_lm, word_tokenizer  # noqa: E402
 from tests.adapters.vllm_loopback import LoopbackVLLM, client_for  # noqa: E402
@@ -126,13 +126,9 @@ def test_engine_policy_over_the_server_continues_token_exactly_with_paired_seeds
 
     async def continuation(boundary: int, seed: int) -> list[list[int]]:
         history = list(trajectory.turns[:boundary])
-        first = await policy.act(
-            _context("x", history, trajectory, seed, boundary)
-        )
+        first = await policy.act(_context("x", history, trajectory, seed, boundary))
         history.append(Turn(observation="x", action=first))
-        second = await policy.act(
-            _context("y", history, trajectory, seed, boundary)
-        )
+        second = await policy.act(_context("y", history, trajectory, seed, boundary))
         return [first, second]
 
     async def both() -> list[list[list[int]]]:
@@ -182,7 +178,10 @@ class _FakeLLM:
         out = []
         for p, sp in zip(prompts, sampling_params, strict=True):
             ids = [p["prompt_token_ids"][-1] + 1, sp.seed % 7]
-            lps = [{t: _Logprob(logprob=-0.5 * (k + 1), rank=1), 99: _Logprob(logprob=-9.0, rank=2)} for k, t in enumerate(ids)]
+            lps = [
+                {t: _Logprob(logprob=-0.5 * (k + 1), rank=1), 99: _Logprob(logprob=-9.0, rank=2)}
+                for k, t in enumerate(ids)
+            ]
             sample = SimpleNamespace(token_ids=ids, logprobs=lps, text="x", finish_reason="length")
             out.append(SimpleNamespace(outputs=[sample]))
         return out
@@ -205,7 +204,9 @@ def test_colocate_engine_batches_one_tick_with_a_seed_per_context(sleep_mode: bo
     engine = VLLMColocateEngine(generation, sampling_class=SimpleNamespace)
 
     async def run() -> list[Any]:
-        return await asyncio.gather(*(engine.generate([10, i], SamplingParams(max_tokens=2, seed=100 + i)) for i in range(3)))
+        return await asyncio.gather(
+            *(engine.generate([10, i], SamplingParams(max_tokens=2, seed=100 + i)) for i in range(3))
+        )
 
     results = asyncio.run(run())
     assert engine.batches == 1 and len(llm.calls) == 1

@@ -40,9 +40,9 @@ def _worker(out_dir: str, mode: str = "ok") -> None:
         with trl_server_mode(None):
             _train(out_dir, mode, tokenizer, None)
         return
-    with LoopbackVLLM(tiny_causal_lm(tokenizer, seed=1), eos_token_id=tokenizer.eos_token_id, lifetime_s=200) as server:
-        with trl_server_mode(server):
-            _train(out_dir, mode, tokenizer, server)
+    server = LoopbackVLLM(tiny_causal_lm(tokenizer, seed=1), eos_token_id=tokenizer.eos_token_id, lifetime_s=200)
+    with server, trl_server_mode(server):
+        _train(out_dir, mode, tokenizer, server)
 
 
 def _train(out_dir: str, mode: str, tokenizer: Any, server: Any) -> None:
@@ -107,9 +107,7 @@ def _train(out_dir: str, mode: str, tokenizer: Any, server: Any) -> None:
         args=args,
         train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
         processing_class=tokenizer,
-        rollout_func=make_rollout_func(
-            LuckyDoor, max_turns=5, reset_spec=lucky_on_process_1 if vllm else member_reset
-        ),
+        rollout_func=make_rollout_func(LuckyDoor, max_turns=5, reset_spec=lucky_on_process_1 if vllm else member_reset),
         prover=ProverSetup(
             judge=BrokenJudge() if mode == "fail" else FixedJudge(1, 1),
             env=ReplayEnv(LuckyDoor),
