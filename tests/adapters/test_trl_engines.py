@@ -224,3 +224,54 @@ def test_colocate_engine_batches_one_tick_with_a_seed_per_context(sleep_mode: bo
 def test_colocate_engine_refuses_tensor_parallelism() -> None:
     with pytest.raises(ValueError, match="tensor parallelism"):
         VLLMColocateEngine(SimpleNamespace(mode="colocate", tensor_parallel_size=2, llm=None))
+
+
+# -- which policy the trainer builds for which backend ------------------------------------------------------------
+def _fake_trainer(use_vllm: bool, mode: str, processes: int, main: bool, tp: int = 1, fsdp: bool = False) -> Any:
+    from prover_trl.trainer import ProverGRPOTrainer, ProverSetup
+
+    tokenizer = word_tokenizer()
+    fake = SimpleNamespace(
+        use_vllm=use_vllm,
+        vllm_mode=mode,
+        is_fsdp_enabled=fsdp,
+        accelerator=SimpleNamespace(num_processes=processes, is_main_process=main, state=SimpleNamespace()),
+        args=SimpleNamespace(vllm_tensor_parallel_size=tp, generation_kwargs={"seed_offset": 3}),
+        vllm_generation=SimpleNamespace(
+            mode=mode, tensor_parallel_size=tp, vllm_client=SimpleNamespace(generate=print)
+        ),
+        prover=ProverSetup(policy_options={"max_concurrency": 7}),
+        prover_verify_on="main" if mode == "server" else "owner",
+        processing_class=tokenizer,
+        temperature=0.7,
+        top_p=0.9,
+        top_k=5,
+        min_p=None,
+        repetition_penalty=1.0,
+        max_completion_length=12,
+    )
+    fake._engine_policy = lambda engine: ProverGRPOTrainer._engine_policy(fake, engine)
+    return fake
+
+
+def test_the_default_policy_follows_the_trainer_backend() -> None:
+    from prover_trl.trainer import ProverGRPOTrainer
+
+    server = ProverGRPOTrainer._default_policy(_fake_trainer(True, "server", 4, main=True))
+    assert isinstance(server, EnginePolicy) and isinstance(server.engine, VLLMServerEngine)
+    assert server.max_concurrency == 7
+    assert server.sampling == SamplingParams(
+        max_tokens=12,
+        temperature=0.7,
+        top_p=0.9,
+        extra={"top_k": 5, "min_p": 0.0, "repetition_penalty": 1.0, "seed_offset": 3},
+    )
+    assert ProverGRPOTrainer._default_policy(_fake_trainer(True, "server", 4, main=False)) is None  # no client there
+    colocate = ProverGRPOTrainer._default_policy(_fake_trainer(True, "colocate", 4, main=False))
+    assert isinstance(colocate, EnginePolicy) and isinstance(colocate.engine, VLLMColocateEngine)
+    for refused in (_fake_trainer(True, "colocate", 4, True, tp=2), _fake_trainer(False, "", 2, True, fsdp=True)):
+        with pytest.raises(NotImplementedError, match="collective"):
+            ProverGRPOTrainer._default_policy(refused)
+    one = _fake_trainer(False, "", 1, True, fsdp=True)  # a single process never generates collectively
+    one.prover.policy_options = {}
+    assert type(ProverGRPOTrainer._default_policy(one)).__name__ == "TrainerPolicy"
