@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the example's offline toys: examples/trl_toy.py
 
 
 def main(steps: int = 4, output_dir: str | None = None) -> list[dict[str, Any]]:
@@ -27,7 +30,7 @@ def main(steps: int = 4, output_dir: str | None = None) -> list[dict[str, Any]]:
 
     from prover_core import ProverConfig, ReplayEnv
     from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward
-    from prover_trl.toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer
+    from trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # examples/trl_toy.py
 
     tokenizer = word_tokenizer()
     args = GRPOConfig(

@@ -23,7 +23,11 @@ a loopback server speaking vLLM's ``/v1/completions``.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the toy environment: examples/trl_toy.py
 
 BATCH = 8  # rows per process and generation; groups of G = 8 completions of one prompt
 
@@ -48,7 +52,7 @@ def build_trainer(
 
     from prover_core import DivergenceJudge, ProverConfig, ReplayEnv
     from prover_trl import ChatRenderer, ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward
-    from prover_trl.toy import LuckyDoor
+    from trl_toy import LuckyDoor  # examples/trl_toy.py
 
     chat = ChatRenderer(tokenizer)
     args = GRPOConfig(

@@ -1,4 +1,10 @@
-"""The ``prover`` command."""
+"""The ``prover`` command.
+
+Bad arguments (a count below 1, a non-positive timeout, LLM-judge options without ``--judge-url``, a
+judge config the library refuses) end in argparse's usage message and exit status 2, never a
+traceback. ``prover demo`` prints why groups were skipped and exits 1 when every eligible group was
+skipped (nothing was verified), e.g. when the judge's server is too slow for ``--judge-timeout``.
+"""
 
 from __future__ import annotations
 
@@ -6,47 +12,123 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prover_core.judges.llm import LLMJudge
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _version() -> str:
+    """The installed distribution's version, else the package's ``__version__``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("prover-core")
+    except PackageNotFoundError:
+        from prover_core import __version__
+
+        return __version__
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+# LLM-judge options of `prover demo`: (flag, dest, LLMJudgeConfig field). Each needs --judge-url.
+_JUDGE_OPTIONS = (
+    ("--judge-model", "judge_model", "model"),
+    ("--judge-api-key-env", "judge_api_key_env", "api_key_env"),
+    ("--judge-mode", "judge_mode", "mode"),
+    ("--judge-timeout", "judge_timeout", "timeout_s"),
+    ("--judge-concurrency", "judge_concurrency", "max_concurrency"),
+    ("--judge-attempts", "judge_attempts", "max_attempts"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prover", description="Propose, Verify, Credit for agentic RL.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the whole loop on the embedded vault environment")
-    demo.add_argument("--groups", type=int, default=16, help="groups in the batch (default 16)")
-    demo.add_argument("--group-size", type=int, default=8, help="trajectories per group (default 8)")
-    demo.add_argument("-k", type=int, default=8, help="continuations per boundary (default 8)")
+    demo.add_argument("--groups", type=positive_int, default=16, help="groups in the batch (default 16)")
+    demo.add_argument("--group-size", type=positive_int, default=8, help="trajectories per group (default 8)")
+    demo.add_argument("-k", type=positive_int, default=8, help="continuations per boundary (default 8)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--judge", choices=("divergence", "random"), default="divergence")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
-    demo.add_argument("--judge-url", help="use the LLM judge at this OpenAI-compatible base URL (e.g. .../v1)")
-    demo.add_argument("--judge-model", help="the model name the LLM judge asks for (with --judge-url)")
-    demo.add_argument("--judge-api-key-env", help="environment variable holding the API key (with --judge-url)")
-    demo.add_argument("--judge-mode", choices=("structured", "agentic"), default="structured")
+    llm = demo.add_argument_group("LLM judge (each option needs --judge-url)")
+    llm.add_argument("--judge-url", help="use the LLM judge at this OpenAI-compatible base URL (e.g. .../v1)")
+    llm.add_argument("--judge-model", help="the model name the LLM judge asks for (required with --judge-url)")
+    llm.add_argument("--judge-api-key-env", help="environment variable holding the API key")
+    llm.add_argument("--judge-mode", choices=("structured", "agentic"), help="default: structured")
+    llm.add_argument("--judge-timeout", type=positive_float, help="seconds per request (default 120)")
+    llm.add_argument("--judge-concurrency", type=positive_int, help="requests in flight at once (default 16)")
+    llm.add_argument("--judge-attempts", type=positive_int, help="attempts per request, retries included (default 4)")
     bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")
     bench.add_argument("--quick", action="store_true", help="a smaller run (under 2 minutes on 2 cores)")
     bench.add_argument("--out", default="bench-out", help="folder for bench.md, results.json and plots")
     bench.add_argument("--only", default="accuracy,training,overhead", help="comma-separated sections to run")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def _llm_judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> LLMJudge | None:
+    """The LLM judge the demo's flags ask for, or ``None``; a bad combination is a usage error."""
+    given = [flag for flag, dest, _ in _JUDGE_OPTIONS if getattr(args, dest) is not None]
+    if not args.judge_url:
+        if given:
+            parser.error(f"{', '.join(given)} need(s) --judge-url")
+        return None
+    if not args.judge_model:
+        parser.error("--judge-url needs --judge-model")
+    from prover_core.judges.llm import LLMJudge
+
+    settings = {field: getattr(args, dest) for _, dest, field in _JUDGE_OPTIONS if getattr(args, dest) is not None}
+    try:
+        return LLMJudge.from_url(args.judge_url, **settings)
+    except ValueError as exc:  # pydantic's ValidationError, or an unset API-key variable
+        parser.error(f"cannot build the LLM judge: {exc}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     if args.command == "demo":
-        from prover_core.demo.run import render, run_demo
+        from prover_core.demo.run import render, render_skips, run_demo
 
-        llm = None
-        if args.judge_url:
-            if not args.judge_model:
-                parser.error("--judge-url needs --judge-model")
-            from prover_core.judges.llm import LLMJudge
-
-            llm = LLMJudge.from_url(
-                args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env, mode=args.judge_mode
-            )
+        llm = _llm_judge(parser, args)
         run = run_demo(args.groups, args.group_size, args.k, args.seed, args.judge, custom_judge=llm)
+        report = run.result.report
         if args.json:
-            print(json.dumps(run.result.report.metrics(), indent=2))
+            print(json.dumps(report.metrics(), indent=2))
+            for line in render_skips(report):
+                print(line, file=sys.stderr)
         else:
             print(render(run))
+        eligible = len(report.groups) - report.count("not_eligible")
+        if eligible and report.count("skipped") == eligible:
+            print(f"prover demo: all {eligible} eligible groups were skipped (reasons above)", file=sys.stderr)
+            return 1
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command
 

@@ -7,6 +7,10 @@ class ProverError(Exception):
     """Base class of every error raised on purpose by prover-core."""
 
 
+class HostImportError(ProverError, ImportError):
+    """An adapter's host library (TRL, verl, OpenRLHF, torch) is not installed; the message says how to install it."""
+
+
 class InvalidBatchError(ProverError, ValueError):
     """The batch of trajectories handed to ``compute_bonus`` is malformed (empty, duplicate ids, ...)."""
 
@@ -17,6 +21,10 @@ class InvalidSegmentError(ProverError, ValueError):
 
 class JudgeError(ProverError):
     """A judge failed to produce a usable proposal (garbage answer, timeout, exhausted repairs)."""
+
+
+class JudgeUnsupportedError(JudgeError):
+    """The judge's chat server refused a request parameter it does not support (not retried)."""
 
 
 class RestoreError(ProverError):

@@ -4,7 +4,8 @@ Each test gives a script: a list of :class:`Reply` served in order (the last one
 function ``(request_body, index) -> Reply``. The server records every request (body and headers).
 Replies can be delayed, carry any status, headers and body, send a truncated body, or drop the
 connection, so tests exercise 429/``Retry-After``, 5xx, timeouts, HTML, malformed JSON, prose and
-tool calls against the real httpx stack.
+tool calls against the real httpx stack. :meth:`ChatServer.outage` takes the server down (listening
+socket and open connections closed: connection refused) and brings it back on the same port.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,8 +43,10 @@ def completion(
     usage: tuple[int, int] | None = (100, 20),
     finish_reason: str | None = None,
     delay_s: float = 0.0,
+    cached_tokens: int | None = None,
 ) -> Reply:
-    """A 200 chat completion with ``content`` and/or ``tool_calls`` given as ``(name, arguments)``."""
+    """A 200 chat completion with ``content`` and/or ``tool_calls`` given as ``(name, arguments)``;
+    ``cached_tokens`` goes to ``usage.prompt_tokens_details`` (vLLM, OpenAI)."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = [
@@ -64,6 +67,8 @@ def completion(
     }
     if usage is not None:
         body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+        if cached_tokens is not None:
+            body["usage"]["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     return Reply(body=body, delay_s=delay_s)
 
 
@@ -91,7 +96,9 @@ class ChatServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
         self._server = _Server(("127.0.0.1", 0), self._handler())
+        self._port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
 
     @property
@@ -117,6 +124,14 @@ class ChatServer:
             def setup(self) -> None:
                 super().setup()  # no Nagle: headers and body are separate writes (else ~40 ms delayed-ACK stalls)
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with server._lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server._lock:
+                    server._connections.discard(self.connection)
+                with suppress(OSError):  # closed by an outage
+                    super().finish()
 
             def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr log
                 pass
@@ -146,13 +161,13 @@ class ChatServer:
                     payload = data
                 else:
                     payload = json.dumps(data).encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
                 try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", reply.content_type)
+                    self.send_header("Content-Length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
                     if reply.truncate:
                         self.wfile.write(payload[: len(payload) // 2])
                         self.close_connection = True
@@ -168,9 +183,32 @@ class ChatServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening and close every open connection (kept-alive ones included)."""
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            live = list(self._connections)
+        for conn in live:
+            with suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
+
+    def outage(self, down_s: float) -> threading.Thread:
+        """Go down now (connection refused) and come back on the same port after ``down_s`` seconds.
+
+        Returns the thread that restarts the server; join it before leaving the ``with`` block.
+        """
+        self.stop()
+
+        def restart() -> None:
+            time.sleep(down_s)
+            self._server = _Server(("127.0.0.1", self._port), self._handler())
+            self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+            self._thread.start()
+
+        thread = threading.Thread(target=restart, daemon=True)
+        thread.start()
+        return thread
 
     def __enter__(self) -> ChatServer:
         return self.start()

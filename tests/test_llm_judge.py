@@ -237,21 +237,23 @@ def test_truncated_http_body_and_dropped_connection_are_retried() -> None:
     assert isinstance(p, Proposal) and judge.stats()["failed_requests"] == 2
 
 
-def test_circuit_opens_after_repeated_failures_and_new_step_closes_it() -> None:
+def test_circuit_opens_after_repeated_failed_requests_and_new_step_closes_it() -> None:
     with ChatServer([Reply(status=503, body={})]) as server:
         judge = judge_for(server, max_attempts=2, circuit_failures=3)
-        with pytest.raises(JudgeError, match="status 503"):
-            run(judge)  # 2 failed attempts
-        with pytest.raises(JudgeError, match=r"failed after 1 attempt.*circuit open"):
-            run(judge)  # 1 more failed attempt opens the circuit; no retry follows
+        for _ in range(2):
+            with pytest.raises(JudgeError, match=r"failed after 2 attempt.*status 503"):
+                run(judge)  # 2 failed attempts: one failed request
+        with pytest.raises(JudgeError, match=r"failed after 2 attempt.*circuit open"):
+            run(judge)  # the third failed request opens the circuit
         with pytest.raises(JudgeError, match="circuit open"):
             run(judge)  # refused without a request
-        assert len(server.requests) == 3 and judge.stats()["circuit_open"] == 1
+        assert len(server.requests) == 6 and judge.stats()["circuit_open"] == 1
+        assert judge.stats()["calls"] == 6 and judge.stats()["retries"] == 3
         judge.new_step()
-        assert judge.stats()["calls"] == 0 and judge.total_stats()["calls"] == 3
+        assert judge.stats()["calls"] == 0 and judge.total_stats()["calls"] == 6
         with pytest.raises(JudgeError, match="status 503"):
             run(judge)
-        assert len(server.requests) == 5
+        assert len(server.requests) == 8
 
 
 def test_budget_caps_per_step() -> None:

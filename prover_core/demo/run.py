@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from prover_core.demo.vault import VaultMDP, vault_policy
 from prover_core.judges import DivergenceJudge, RandomJudge
 from prover_core.protocols import Judge
 from prover_core.record import record_episode
+from prover_core.report import Report
 from prover_core.restore import SnapshotEnv
 
 
@@ -87,6 +89,24 @@ def run_demo(
     return DemoRun(mdp, trajectories, result, judge)
 
 
+def skip_reasons(report: Report, width: int = 300) -> list[tuple[str, int]]:
+    """``(stage: reason, count)`` over the skipped groups, most frequent first (ties: by text)."""
+    counts = Counter(f"{g.stage}: {g.reason}"[:width] for g in report.groups if g.status == "skipped")
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def render_skips(report: Report, shown: int = 5) -> list[str]:
+    """Lines saying why groups were skipped (each keeps its GRPO credit); empty when none was."""
+    reasons = skip_reasons(report)
+    if not reasons:
+        return []
+    lines = [f"Skipped groups, by reason (each keeps its GRPO credit): {report.count('skipped')}"]
+    lines += [f"  {n} x {reason}" for reason, n in reasons[:shown]]
+    if len(reasons) > shown:
+        lines.append(f"  ... {sum(n for _, n in reasons[shown:])} more with {len(reasons) - shown} other reasons")
+    return lines
+
+
 def render(run: DemoRun) -> str:
     """A readable account: the batch, one accepted group turn by turn, and how close Delta came."""
     r, mdp = run.result, run.mdp
@@ -100,6 +120,7 @@ def render(run: DemoRun) -> str:
         f"Continuations: {m['continuations']:.0f} ({m['policy_turns']:.0f} policy turns, "
         f"{100 * m['extra_turn_share']:.1f}% of the batch's {r.report.rollout_turns} turns); "
         f"judge calls: {m['judge_calls']:.0f}",
+        *render_skips(r.report),
     ]
     errors = []
     for g in r.report.groups:

@@ -102,7 +102,7 @@ class LLMJudge:
 
     def _error(self, exc: JudgeError) -> JudgeError:
         self._stats.add(errors=1)
-        return JudgeError(self._client.redact(str(exc)))
+        return type(exc)(self._client.redact(str(exc)))  # the same type (e.g. JudgeUnsupportedError), key scrubbed
 
     def _account(self, conversation: Conversation) -> None:
         self._stats.add(

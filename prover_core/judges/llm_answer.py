@@ -1,7 +1,14 @@
 """The judge's answer: its JSON schema, parsing from model text, and validation against the rules.
 
 A valid answer is turned into a :class:`Proposal` (or a :class:`Decline`); anything else yields the
-reason it was rejected, which the judge is shown in a repair turn.
+reason it was rejected, which the judge is shown in a repair turn together with the admissible
+segments (:func:`describe_admissible`).
+
+The schema sent with each request (:func:`answer_schema`) encodes the per-field turn bounds: ``start_turn``
+and ``end_turn`` are each an ``enum`` of the turns an admissible segment can start or end on (``0..last``
+without the turns holding invalid actions; ``null`` too when declining is allowed), so a server with
+constrained decoding cannot produce an out-of-range turn. What a per-field schema cannot say (``end_turn
+>= start_turn``, at most ``max_turns`` turns, no invalid turn inside) is checked by :func:`check_answer`.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ class JudgeAnswer(BaseModel):
     rationale: str = ""
 
 
-ANSWER_SCHEMA: dict[str, Any] = {
+ANSWER_SCHEMA: dict[str, Any] = {  # the shape; answer_schema() adds the turn bounds of one group
     "type": "object",
     "properties": {
         "failure_mode": {"type": "string"},
@@ -38,6 +45,41 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["failure_mode", "start_turn", "end_turn", "rationale"],
     "additionalProperties": False,
 }
+
+
+def admissible_segments(success: Trajectory, rules: SegmentRules, check: ActionCheck) -> list[tuple[int, int]]:
+    """Every ``(start, end)`` the judge may answer: admissible under ``rules`` and free of invalid actions."""
+    valid = [check(turn) is None for turn in success.turns]
+    return [(c.start, c.end) for c in rules.candidates(success) if all(valid[c.start : c.end + 1])]
+
+
+def answer_schema(success: Trajectory, rules: SegmentRules, check: ActionCheck, allow_decline: bool) -> dict[str, Any]:
+    """:data:`ANSWER_SCHEMA` with ``start_turn``/``end_turn`` restricted to the turns admissible segments use."""
+    segments = admissible_segments(success, rules, check)
+    null: list[int | None] = [None] if allow_decline else []
+    starts = sorted({s for s, _ in segments})
+    ends = sorted({e for _, e in segments})
+    kind: str | list[str] = ["integer", "null"] if allow_decline else "integer"
+    properties = dict(ANSWER_SCHEMA["properties"])
+    properties["start_turn"] = {"type": kind, "enum": [*starts, *null]}
+    properties["end_turn"] = {"type": kind, "enum": [*ends, *null]}
+    return {**ANSWER_SCHEMA, "properties": properties}
+
+
+def describe_admissible(success: Trajectory, rules: SegmentRules, check: ActionCheck, limit: int = 40) -> str:
+    """The admissible segments in words: all listed when at most ``limit``, else the rule and the starts."""
+    segments = admissible_segments(success, rules, check)
+    if not segments:
+        return "No segment is admissible; decline with start_turn = end_turn = null."
+    if len(segments) <= limit:
+        listed = ", ".join(f"{s}..{e}" for s, e in segments)
+        return f"The admissible segments (start_turn..end_turn) are: {listed}."
+    starts = sorted({s for s, _ in segments})
+    return (
+        f"Admissible: start_turn in {starts}, start_turn <= end_turn <= {max(e for _, e in segments)}, at most "
+        f"{rules.max_turns} turns, no turn marked INVALID ACTION inside."
+    )
+
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 

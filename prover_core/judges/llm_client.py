@@ -5,8 +5,10 @@ connection errors and on timeouts. Between attempts it sleeps the server's ``Ret
 ``max_retry_after_s``) when given, else ``min(backoff_max_s, backoff_initial_s * 2**(n-1)) +
 uniform(0, backoff_jitter_s)`` after the ``n``-th failed attempt. Any other 4xx, a 2xx body that is
 not a chat completion (HTML, truncated JSON), an exhausted budget or an open circuit raise
-:class:`~prover_core.errors.JudgeError` at once. The API key is sent as a bearer token and is
-scrubbed from every error message.
+:class:`~prover_core.errors.JudgeError` at once. An error status (5xx included) whose body says a
+request parameter is not supported (e.g. llama.cpp's 500 "tools param requires --jinja flag") is not
+transient: it raises :class:`~prover_core.errors.JudgeUnsupportedError` at once, with a hint. The API
+key is sent as a bearer token and is scrubbed from every error message.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -28,15 +31,46 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception_type
 
-from prover_core.errors import JudgeError
+from prover_core.errors import JudgeError, JudgeUnsupportedError
 from prover_core.judges.llm_cache import ResponseCache, request_key
 from prover_core.judges.llm_config import LLMJudgeConfig
-from prover_core.judges.llm_stats import JudgeStats
+from prover_core.judges.llm_stats import JudgeStats, Refused
 
 log = logging.getLogger("prover_core.judges.llm")
 
 RETRY_STATUSES = frozenset({408, 409, 429})
 T = TypeVar("T")
+
+UNSUPPORTED = re.compile(
+    r"requires? --|not supported|unsupported|does not support|doesn't support|not implemented|"
+    r"unknown (?:param|field|argument|key)|unrecognized (?:param|field|argument|key)|extra (?:inputs|fields) "
+    r"are not permitted|extra_forbidden",
+    re.IGNORECASE,
+)
+"""An error body matching this names a request parameter the server cannot handle: retrying will not help."""
+
+_HINTS = (
+    ("--jinja", "start llama-server with --jinja, or use mode='structured'"),
+    (
+        "tool",
+        "enable tool calling on the server (vLLM: --enable-auto-tool-choice --tool-call-parser ...), "
+        "or use mode='structured'",
+    ),
+    ("response_format", "set response_format='json_object' or 'none'"),
+    ("json_schema", "set response_format='json_object' or 'none'"),
+    ("max_tokens", "set max_tokens_field='max_completion_tokens' (or the reverse)"),
+    ("max_completion_tokens", "set max_tokens_field='max_tokens'"),
+)
+
+
+def unsupported_hint(body: str) -> str:
+    """What to change in the config for an 'unsupported parameter' error body."""
+    lowered = body.lower()
+    for needle, hint in _HINTS:
+        if needle in lowered:
+            return hint
+    return "remove the unsupported parameter (extra_body, response_format, mode) or upgrade the server"
+
 
 _LAX = ConfigDict(extra="ignore")
 
@@ -70,10 +104,21 @@ class Choice(BaseModel):
     finish_reason: str | None = None
 
 
+class PromptTokensDetails(BaseModel):
+    model_config = _LAX
+    cached_tokens: int | None = None
+
+
 class Usage(BaseModel):
     model_config = _LAX
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        details = self.prompt_tokens_details
+        return (details.cached_tokens or 0) if details is not None else 0
 
 
 class ChatResponse(BaseModel):
@@ -193,6 +238,12 @@ class ChatClient:
     def _read(self, response: httpx.Response, latency: float, key: str) -> ChatResponse:
         """A chat response from an HTTP response, or the exception that says why not."""
         status = response.status_code
+        if status >= 400 and (status == 501 or UNSUPPORTED.search(response.text[:2000])):
+            excerpt = self._body_excerpt(response)
+            raise JudgeUnsupportedError(
+                f"chat server {self.config.endpoint} refused the request as unsupported (status {status}: "
+                f"{excerpt}); not retried, it would fail again: {unsupported_hint(excerpt)}"
+            )
         if status in RETRY_STATUSES or status >= 500:
             raise _Retryable(
                 f"status {status}: {self._body_excerpt(response)}",
@@ -216,7 +267,10 @@ class ChatClient:
                 f"({exc.error_count()} schema errors): {self._body_excerpt(response)}"
             ) from None
         usage = parsed.usage
-        self.stats.response(latency, usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None)
+        if usage is None:
+            self.stats.response(latency, None, None)
+        else:
+            self.stats.response(latency, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
         if self.cache is not None and isinstance(body, dict):
             self.cache.put(key, body)
         return parsed
@@ -234,9 +288,9 @@ class ChatClient:
         return wait
 
     def _before_sleep(self, state: RetryCallState) -> None:
-        """Count a retry that is about to happen (tenacity computes the wait also for the last attempt)."""
+        """Count the wait before a retry (the retry itself is counted when it is sent, in ``admit``)."""
         wait = state.next_action.sleep if state.next_action is not None else 0.0
-        self.stats.add(retries=1, retry_wait_s=wait)
+        self.stats.add(retry_wait_s=wait)
         exc = state.outcome.exception() if state.outcome is not None else None
         log.warning("judge request failed (%s); retry %d in %.2fs", exc, state.attempt_number, wait)
 
@@ -261,9 +315,11 @@ class ChatClient:
     def _transport(self, exc: httpx.HTTPError) -> Exception:
         """A timeout or connection error is worth a retry; any other httpx error (bad URL, decoding) is not."""
         self.stats.failure()
-        detail = f"{type(exc).__name__}: {self.redact(str(exc))}"
+        text = self.redact(str(exc))
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         if isinstance(exc, httpx.TimeoutException):
-            return _Retryable(f"timed out ({detail})")
+            limits = f"timeout_s={self.config.timeout_s:g}, connect_timeout_s={self.config.connect_timeout_s:g}"
+            return _Retryable(f"timed out ({detail}; {limits})")
         if isinstance(exc, httpx.TransportError):
             return _Retryable(f"connection error ({detail})")
         return JudgeError(f"request to chat server {self.config.endpoint} failed: {detail}")
@@ -282,12 +338,22 @@ class ChatClient:
         return parsed
 
     def _failed(self, call: Callable[[], T]) -> T:
-        """Run ``call``; count a :class:`JudgeError` or :class:`_Retryable` as a failed request."""
+        """Run ``call``; count a :class:`JudgeError` or :class:`_Retryable` as a failed attempt."""
         try:
             return call()
         except (JudgeError, _Retryable):
             self.stats.failure()
             raise
+
+    def _request_failed(self, exc: Exception, attempts: int) -> JudgeError:
+        """The error of a request that failed after its retries; counts it for the circuit breaker."""
+        if isinstance(exc, Refused):
+            return exc  # not sent: not a failure of the server
+        self.stats.request_failed()
+        if isinstance(exc, _Retryable):
+            return self._exhausted(exc, attempts)
+        assert isinstance(exc, JudgeError)
+        return exc
 
     # -- sending ---------------------------------------------------------------------------------
 
@@ -301,9 +367,9 @@ class ChatClient:
             return await self._achat(payload, key, self._pools[asyncio.get_running_loop()])
 
     async def _achat(self, payload: dict[str, Any], key: str, pool: _LoopPool) -> ChatResponse:
-        async def attempt() -> ChatResponse:
-            self.stats.admit()
+        async def attempt(number: int) -> ChatResponse:
             async with pool.limit:
+                self.stats.admit(retry=number > 1)
                 start = time.perf_counter()
                 try:
                     response = await pool.client.post(self.config.endpoint, json=payload)
@@ -316,9 +382,9 @@ class ChatClient:
             async for trial in AsyncRetrying(**self._retry_kwargs()):
                 with trial:
                     attempts = trial.retry_state.attempt_number
-                    return await attempt()
-        except _Retryable as exc:
-            raise self._exhausted(exc, attempts) from None
+                    return await attempt(attempts)
+        except (_Retryable, JudgeError) as exc:
+            raise self._request_failed(exc, attempts) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def chat(self, payload: dict[str, Any]) -> ChatResponse:
@@ -331,8 +397,8 @@ class ChatClient:
             self._sync = httpx.Client(**self._client_args())
         client = self._sync
 
-        def attempt() -> ChatResponse:
-            self.stats.admit()
+        def attempt(number: int) -> ChatResponse:
+            self.stats.admit(retry=number > 1)
             start = time.perf_counter()
             try:
                 response = client.post(self.config.endpoint, json=payload)
@@ -345,7 +411,7 @@ class ChatClient:
             for trial in Retrying(**self._retry_kwargs()):
                 with trial:
                     attempts = trial.retry_state.attempt_number
-                    return attempt()
-        except _Retryable as exc:
-            raise self._exhausted(exc, attempts) from None
+                    return attempt(attempts)
+        except (_Retryable, JudgeError) as exc:
+            raise self._request_failed(exc, attempts) from None
         raise AssertionError("unreachable")  # pragma: no cover

@@ -16,6 +16,22 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 Mode = Literal["structured", "agentic"]
 ResponseFormat = Literal["json_schema", "json_object", "none"]
 
+RESERVED_BODY_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "temperature",
+        "max_tokens",
+        "max_completion_tokens",
+        "seed",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "stream",
+    }
+)
+"""Request-body keys the judge writes itself; ``extra_body`` may not hold them (each has a config field)."""
+
 
 class LLMJudgeConfig(BaseModel):
     """Configuration of :class:`~prover_core.judges.llm.LLMJudge` (an OpenAI-compatible chat server)."""
@@ -30,12 +46,20 @@ class LLMJudgeConfig(BaseModel):
     """Name of the environment variable holding the API key (``None``: send no ``Authorization`` header)."""
     extra_headers: dict[str, str] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    """Merged into every request body (e.g. ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM)."""
+    """Merged into every request body (e.g. ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM).
+    A key the judge sets itself (:data:`RESERVED_BODY_KEYS`) is refused when the config is built."""
 
     # Sampling.
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(1024, ge=1)
     """Completion tokens per request."""
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The body key that carries ``max_tokens`` (OpenAI's newer models only accept ``max_completion_tokens``)."""
+    seed: int | None = None
+    """Sent as ``seed`` with every request when set. Repair requests always carry ``seed + repair number``."""
+    repair_temperature: float = Field(0.7, ge=0.0)
+    """Repair requests sample at ``max(temperature, repair_temperature)``, so a temperature-0 model does not
+    repeat the answer that was just rejected."""
 
     # Protocol.
     mode: Mode = "structured"
@@ -44,6 +68,13 @@ class LLMJudgeConfig(BaseModel):
     """What ``response_format`` to send in structured mode (``json_schema`` needs server support)."""
     max_tool_rounds: int = Field(4, ge=0)
     """Agentic mode: assistant turns that may call tools before a final answer is demanded."""
+    response_format_with_tools: bool = False
+    """Agentic mode: also send ``response_format`` with ``tools`` (OpenAI allows it; vLLM's and llama.cpp's
+    constrained decoding would forbid the tool calls). Off: ``response_format`` is sent once the tools are
+    withdrawn, i.e. after the tool rounds or after the model's first answer without a tool call."""
+    max_history_chars: int = Field(16000, ge=1000)
+    """Bound on the characters of the conversation after the prompt (tool calls, tool results, rejected
+    answers and repair notes; see :mod:`~prover_core.judges.llm_conversation`)."""
     max_repairs: int = Field(3, ge=0)
     """Times an invalid answer is sent back with the reason before the group is skipped."""
     allow_decline: bool = True
@@ -76,7 +107,8 @@ class LLMJudgeConfig(BaseModel):
     max_retry_after_s: float = Field(60.0, ge=0.0)
     """A server's ``Retry-After`` is honoured up to this many seconds."""
     circuit_failures: int = Field(8, ge=1)
-    """After this many consecutive failed requests in one step, no more requests until ``new_step()``."""
+    """After this many consecutive requests failed in one step, each after all its retries, no more requests
+    until ``new_step()`` (failed attempts that a retry recovers do not count)."""
 
     # Budget per step (``None``: unlimited). Checked before each request.
     max_calls_per_step: int | None = Field(None, ge=0)
@@ -91,6 +123,17 @@ class LLMJudgeConfig(BaseModel):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
         return url.rstrip("/")
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_reserved_keys(cls, body: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted(RESERVED_BODY_KEYS & body.keys())
+        if clash:
+            raise ValueError(
+                f"extra_body may not set {clash}: the judge sets these itself; use the config fields "
+                "(model, temperature, max_tokens with max_tokens_field, seed, mode, response_format) instead"
+            )
+        return body
 
     @property
     def endpoint(self) -> str:

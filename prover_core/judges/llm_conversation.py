@@ -6,24 +6,48 @@ violation that costs one of ``max_repairs`` repairs, so a conversation sends at 
 ``1 + max_tool_rounds + max_repairs`` requests. A violation is an answer that is not valid JSON, does
 not match the schema, breaks the segment rules or picks an invalid action, a call to an unknown tool
 or with arguments that are not a JSON object, or a tool call after the tool rounds are spent. The
-model is told what was wrong; after ``max_repairs`` repairs the next violation raises
+model is told what was wrong and which segments are admissible (all of them listed when at most 40);
+an answer it already gave is called out as a repeat. Repair requests sample at
+``max(temperature, repair_temperature)`` with ``seed = (seed or 0) + repair number``, so a temperature-0
+model does not repeat itself. After ``max_repairs`` repairs the next violation raises
 :class:`~prover_core.errors.JudgeError` (the group is then skipped and keeps GRPO credit).
+
+Constrained decoding: ``response_format`` (with :func:`~prover_core.judges.llm_answer.answer_schema`)
+is sent whenever tools are not offered: always in structured mode; in agentic mode once the tools are
+withdrawn, i.e. after ``max_tool_rounds`` rounds or after the model's first answer without a tool call
+(so every repair of an answer is constrained). With ``response_format_with_tools`` it is sent with the
+tools too.
+
+History bound: the messages after the prompt (tool calls and results, rejected answers, repair notes)
+are kept under ``max_history_chars`` characters of JSON, trimmed before each request in this order:
+(1) tool results of earlier rounds are replaced by a one-line ``[older tool result omitted ...]`` note,
+oldest first; (2) rejected answers with their repair notes are dropped, oldest first; (3) earlier tool
+rounds (the call and its results together, so every call keeps its answer) are dropped, oldest first.
+The latest tool round, the latest repair exchange and the "answer now" note are always kept; a rejected
+answer is stored clipped to ``max_field_chars`` and a tool result to ``max_history_chars // 4``, so the
+history sent never exceeds ``max(max_history_chars, what is always kept)``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 from prover_core.errors import JudgeError
-from prover_core.judges.llm_answer import ANSWER_SCHEMA, check_answer, parse_answer
+from prover_core.judges.llm_answer import answer_schema, check_answer, describe_admissible, parse_answer
 from prover_core.judges.llm_client import ChatResponse
 from prover_core.judges.llm_config import LLMJudgeConfig
-from prover_core.judges.llm_prompt import ActionCheck, system_prompt, user_prompt
+from prover_core.judges.llm_prompt import ActionCheck, clip, system_prompt, user_prompt
 from prover_core.judges.llm_tools import TOOL_SPECS, Toolbox, ToolError
 
 _ANSWER_NOW = "The tool rounds are used up. Answer now with the JSON object only."
+_PROMPT = 2  # the system and user messages, never trimmed
+
+
+def _size(message: dict[str, Any]) -> int:
+    return len(json.dumps(message, ensure_ascii=False))
 
 
 class Conversation:
@@ -45,32 +69,47 @@ class Conversation:
             {"role": "system", "content": system_prompt(success, rules, config)},
             {"role": "user", "content": user_prompt(success, failures, rules, config, check)},
         ]
+        self._tags: list[tuple[str, int]] = [("prompt", 0), ("prompt", 0)]  # (kind, tool batch) per message
+        self.schema = answer_schema(success, rules, check, config.allow_decline)
         self.toolbox = Toolbox(success, failures, config, check)
         self.tools_open = config.mode == "agentic" and config.max_tool_rounds > 0
         self.repairs = 0
         self.tool_rounds = 0
         self.tool_calls = 0
+        self._batches = 0
+        self._rejected: set[tuple[int | None, int | None]] = set()
 
     def request(self) -> dict[str, Any]:
         """The next request body."""
+        c = self.config
         payload: dict[str, Any] = {
-            **self.config.extra_body,
-            "model": self.config.model,
+            **c.extra_body,
+            "model": c.model,
             "messages": list(self.messages),
-            "temperature": self.config.temperature,
-            "max_tokens": self.config.max_tokens,
+            "temperature": c.temperature,
+            c.max_tokens_field: c.max_tokens,
         }
+        if self.repairs:
+            payload["temperature"] = max(c.temperature, c.repair_temperature)
+            payload["seed"] = (c.seed or 0) + self.repairs
+        elif c.seed is not None:
+            payload["seed"] = c.seed
         if self.tools_open:
             payload["tools"] = TOOL_SPECS
             payload["tool_choice"] = "auto"
-        elif self.config.response_format == "json_schema":
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "segment_proposal", "schema": ANSWER_SCHEMA, "strict": True},
-            }
-        elif self.config.response_format == "json_object":
-            payload["response_format"] = {"type": "json_object"}
+        if not self.tools_open or c.response_format_with_tools:
+            if c.response_format == "json_schema":
+                payload["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "segment_proposal", "schema": self.schema, "strict": True},
+                }
+            elif c.response_format == "json_object":
+                payload["response_format"] = {"type": "json_object"}
         return payload
+
+    def _append(self, message: dict[str, Any], kind: str, batch: int = 0) -> None:
+        self.messages.append(message)
+        self._tags.append((kind, batch))
 
     def _violation(self, reason: str) -> None:
         if self.repairs >= self.config.max_repairs:
@@ -83,6 +122,7 @@ class Conversation:
         message = choice.message
         if message.tool_calls:
             self._tools(message.content, message.tool_calls)
+            self._trim()
             return None
         answer = parse_answer(message.content, truncated=choice.finish_reason == "length")
         result = (
@@ -93,19 +133,27 @@ class Conversation:
         if not isinstance(result, str):
             return result
         self._violation(result)
-        self.messages.append({"role": "assistant", "content": message.content or ""})
-        self.messages.append(
-            {
-                "role": "user",
-                "content": f"Your answer was rejected: {result}. Reply with the corrected JSON object only.",
-            }
+        self.tools_open = False  # the model chose to answer: repairs are constrained by response_format
+        if not isinstance(answer, str):
+            turns = (answer.start_turn, answer.end_turn)
+            if turns in self._rejected:
+                result += f" (you gave start_turn={turns[0]}, end_turn={turns[1]} before; choose another)"
+            self._rejected.add(turns)
+        admissible = describe_admissible(self.success, self.rules, self.check)
+        self._append(
+            {"role": "assistant", "content": clip(message.content or "", self.config.max_field_chars)}, "rejected"
         )
+        note = f"Your answer was rejected: {result}. {admissible} Reply with the corrected JSON object only."
+        self._append({"role": "user", "content": note}, "feedback")
+        self._trim()
         return None
 
     def _tools(self, content: str | None, calls: Sequence[Any]) -> None:
         round_no = self.tool_rounds
+        self._batches += 1
+        batch = self._batches
         ids = [call.id or f"call_{round_no}_{i}" for i, call in enumerate(calls)]
-        self.messages.append(
+        self._append(
             {
                 "role": "assistant",
                 "content": content,
@@ -117,7 +165,9 @@ class Conversation:
                     }
                     for i, c in zip(ids, calls, strict=True)
                 ],
-            }
+            },
+            "tool_call",
+            batch,
         )
         problems: list[str] = []
         for call_id, call in zip(ids, calls, strict=True):
@@ -131,11 +181,48 @@ class Conversation:
                 except ToolError as exc:
                     result = f"error: {exc}"
                     problems.append(str(exc))
-            self.messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            result = clip(result, self.config.max_history_chars // 4)
+            self._append({"role": "tool", "tool_call_id": call_id, "content": result}, "tool", batch)
         if self.tools_open:
             self.tool_rounds += 1
             if self.tool_rounds >= self.config.max_tool_rounds:
                 self.tools_open = False
-                self.messages.append({"role": "user", "content": _ANSWER_NOW})
+                self._append({"role": "user", "content": _ANSWER_NOW}, "note")
         if problems:
             self._violation("; ".join(problems))
+
+    def history_chars(self) -> int:
+        """Characters of JSON of the messages after the prompt (what ``max_history_chars`` bounds)."""
+        return sum(_size(m) for m in self.messages[_PROMPT:])
+
+    def _trim(self) -> None:
+        """Keep the history under ``max_history_chars`` (the rule is in the module docstring)."""
+        budget = self.config.max_history_chars
+        total = self.history_chars()
+        for i, (kind, batch) in enumerate(self._tags):
+            if total <= budget:
+                return
+            message = self.messages[i]
+            if kind == "tool" and batch < self._batches and not message["content"].startswith("[older tool"):
+                before = _size(message)
+                note = f"[older tool result omitted to bound the context: {len(message['content'])} chars]"
+                self.messages[i] = {**message, "content": note}
+                total += _size(self.messages[i]) - before
+        while total > budget:
+            rejected = [i for i, (kind, _) in enumerate(self._tags) if kind == "rejected"]
+            if len(rejected) <= 1:
+                break
+            total -= self._drop([rejected[0], rejected[0] + 1])  # the rejected answer and its repair note
+        while total > budget:
+            old = sorted({batch for kind, batch in self._tags if kind == "tool_call" and batch < self._batches})
+            if not old:
+                return
+            total -= self._drop([i for i, (kind, b) in enumerate(self._tags) if b == old[0] and kind != "prompt"])
+
+    def _drop(self, indices: list[int]) -> int:
+        """Remove the messages at ``indices``; their size."""
+        size = sum(_size(self.messages[i]) for i in indices)
+        for i in sorted(indices, reverse=True):
+            del self.messages[i]
+            del self._tags[i]
+        return size

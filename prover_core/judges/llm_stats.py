@@ -3,14 +3,23 @@
 Counters (all per step, since the last ``new_step()``):
 
 * ``calls``: chat-completion requests sent (every retry attempt is one); ``retries``: attempts after the
-  first; ``failed_requests``: attempts that ended in an error status, a timeout or a connection error.
-* ``prompt_tokens``, ``completion_tokens``: summed from each response's ``usage``; ``usage_missing``
-  counts responses without it. ``cache_hits``: responses served from the on-disk cache (no call).
+  first that were sent (a retry refused by the budget or the open circuit is not counted);
+  ``failed_requests``: attempts that ended in an error status, a timeout or a connection error.
+* ``prompt_tokens``: prompt tokens the server did *not* serve from its prefix cache (``usage.prompt_tokens``
+  minus ``usage.prompt_tokens_details.cached_tokens``); ``cached_prompt_tokens``: those it did;
+  ``completion_tokens``. ``usage_missing`` counts responses without ``usage``. ``cache_hits``: responses
+  served from the on-disk cache (no call).
 * ``latency_s``: seconds spent waiting for responses (sum); ``latency_max_s``; ``retry_wait_s``:
   seconds slept between attempts (backoff or ``Retry-After``).
 * ``repairs``: answers sent back with the reason they were invalid; ``tool_calls``, ``tool_rounds``.
 * ``proposals``, ``declines``, ``errors``: how each ``propose`` ended. ``circuit_open``: 1 once the
   circuit has opened in this step.
+
+Circuit breaker: it counts consecutive failed *requests*, each after all its retries (an answered
+request resets the count), not failed attempts. So one outage shorter than the retry schedule opens
+nothing however many requests were in flight, and their retries reach the recovered server; a server
+that stays down opens the circuit after ``circuit_failures`` requests have used up their retries.
+The budget (``max_tokens_per_step``) counts uncached prompt tokens plus completion tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ COUNTERS = (
     "failed_requests",
     "cache_hits",
     "prompt_tokens",
+    "cached_prompt_tokens",
     "completion_tokens",
     "usage_missing",
     "latency_s",
@@ -37,6 +47,10 @@ COUNTERS = (
     "declines",
     "errors",
 )
+
+
+class Refused(JudgeError):
+    """A request that was not sent: the circuit is open or the step's budget is spent."""
 
 
 class JudgeStats:
@@ -59,22 +73,30 @@ class JudgeStats:
                 self._step[name] += amount
                 self._total[name] += amount
 
-    def response(self, latency: float, prompt_tokens: int | None, completion_tokens: int | None) -> None:
-        """Record one answered request."""
+    def response(
+        self, latency: float, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int = 0
+    ) -> None:
+        """Record one answered request (``prompt_tokens`` as the server reports it, cached ones included)."""
+        cached = min(max(cached_tokens, 0), prompt_tokens or 0)
         with self._lock:
             for target in (self._step, self._total):
                 target["latency_s"] += latency
-                target["prompt_tokens"] += prompt_tokens or 0
+                target["prompt_tokens"] += (prompt_tokens or 0) - cached
+                target["cached_prompt_tokens"] += cached
                 target["completion_tokens"] += completion_tokens or 0
                 target["usage_missing"] += prompt_tokens is None
             self._latency_max = max(self._latency_max, latency)
             self._consecutive_failures = 0
 
     def failure(self) -> None:
-        """Record one failed attempt; opens the circuit after ``circuit_failures`` in a row."""
+        """Record one failed attempt (``failed_requests``); the circuit counts requests, see :meth:`request_failed`."""
         with self._lock:
             self._step["failed_requests"] += 1
             self._total["failed_requests"] += 1
+
+    def request_failed(self) -> None:
+        """Record a request that failed after all its retries; opens the circuit after ``circuit_failures`` in a row."""
+        with self._lock:
             self._consecutive_failures += 1
             if self._consecutive_failures >= self.circuit_failures:
                 self._circuit_open = True
@@ -83,21 +105,23 @@ class JudgeStats:
     def circuit_open(self) -> bool:
         return self._circuit_open
 
-    def admit(self) -> None:
-        """Count one request about to be sent; raise :class:`JudgeError` if the circuit or the budget says no."""
+    def admit(self, retry: bool = False) -> None:
+        """Count one request about to be sent (``retry``: not its first attempt); raise :class:`Refused` if the
+        circuit or the budget says no."""
         with self._lock:
             if self._circuit_open:
-                raise JudgeError(
-                    f"circuit open: {self.circuit_failures} requests in a row failed in this step; "
-                    "no more judge calls until new_step()"
+                raise Refused(
+                    f"circuit open: {self.circuit_failures} requests in a row failed (after their retries) in this "
+                    "step; no more judge calls until new_step()"
                 )
             if self.max_calls is not None and self._step["calls"] >= self.max_calls:
-                raise JudgeError(f"judge budget exhausted: {self.max_calls} calls per step")
+                raise Refused(f"judge budget exhausted: {self.max_calls} calls per step")
             tokens = self._step["prompt_tokens"] + self._step["completion_tokens"]
             if self.max_tokens is not None and tokens >= self.max_tokens:
-                raise JudgeError(f"judge budget exhausted: {int(tokens)} of {self.max_tokens} tokens per step used")
-            self._step["calls"] += 1
-            self._total["calls"] += 1
+                raise Refused(f"judge budget exhausted: {int(tokens)} of {self.max_tokens} tokens per step used")
+            for target in (self._step, self._total):
+                target["calls"] += 1
+                target["retries"] += retry
 
     def new_step(self) -> None:
         """Reset the per-step counters, budget and circuit (totals are kept)."""

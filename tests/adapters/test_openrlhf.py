@@ -2,7 +2,7 @@
 
 The code under test is OpenRLHF's own ``RemoteExperienceMaker`` (its ``split_rollout_samples`` and
 ``compute_advantages_and_returns``) and ``MultiTurnAgentExecutor``, run through the adapter's
-subclasses. On CPU, ``prover_openrlhf.testing.import_openrlhf_on_cpu`` loads OpenRLHF's modules
+subclasses. On CPU, ``prover_openrlhf.cpu.import_openrlhf_on_cpu`` loads OpenRLHF's modules
 without running two package initialisers that need CUDA builds (``openrlhf/trainer/ray/__init__.py``
 imports vLLM; ``flash_attn/__init__.py`` imports its CUDA kernels); nothing is stubbed. What stands in
 for hardware: ``strategy`` is a namespace holding ``args`` (the only attribute the maker reads), the
@@ -26,7 +26,7 @@ from tests.hosts import require_host
 
 require_host("openrlhf")
 
-from prover_openrlhf.testing import import_openrlhf_on_cpu  # noqa: E402
+from prover_openrlhf.cpu import import_openrlhf_on_cpu  # noqa: E402
 
 import_openrlhf_on_cpu()
 

@@ -2,7 +2,7 @@
 
 A real local Ray cluster is started the way ``python -m prover_openrlhf.launch`` starts it
 (``launch.start_ray``: worker setup hook, ``PROVER_OPENRLHF_SETUP`` passed to every worker, job-wide
-record store). On CPU the hook is ``prover_openrlhf.testing.cpu_worker_setup`` (the CPU import of
+record store). On CPU the hook is ``prover_openrlhf.cpu.cpu_worker_setup`` (the CPU import of
 OpenRLHF, then the same ``install()``); a GPU job uses ``prover_openrlhf.install.install``. A task in
 a fresh worker then does what ``openrlhf/trainer/ppo_trainer.py`` does (``from ...experience_maker
 import RemoteExperienceMaker`` at import, then ``RemoteExperienceMaker(actor, critic, reward, ref,
@@ -87,7 +87,7 @@ def ray_cluster() -> Any:
         pytest.skip("Ray is already running in this process")
     store = launch.start_ray(
         f"{__name__}:make_setup",
-        hook="prover_openrlhf.testing.cpu_worker_setup",
+        hook="prover_openrlhf.cpu.cpu_worker_setup",
         env_vars={"PYTHONPATH": REPO},
         num_cpus=2,
         include_dashboard=False,

@@ -18,10 +18,10 @@ trl = require_host("trl")
 
 from datasets import Dataset  # noqa: E402
 
+from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm  # noqa: E402
 from prover_core import ProverConfig, ReplayEnv  # noqa: E402
 from prover_trl import ProverGRPOTrainer, ProverSetup, ProverTRLError, make_rollout_func, success_reward  # noqa: E402
 from prover_trl.chat import ChatRenderer  # noqa: E402
-from prover_trl.toy import FixedJudge, LuckyDoor, tiny_causal_lm  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"

@@ -24,13 +24,13 @@ require_host("requests")
 
 import torch  # noqa: E402
 
+from examples.trl_toy import tiny_causal_lm, word_tokenizer  # noqa: E402
 from prover_core import PolicyContext, Trajectory, Turn  # noqa: E402
 from prover_core.engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
 from prover_core.engine.policy import action_seed  # noqa: E402
 from prover_core.errors import EngineError, EngineTimeoutError  # noqa: E402
 from prover_core.protocols import policy_rng  # noqa: E402
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine  # noqa: E402
-from prover_trl.toy import tiny_causal_lm, word_tokenizer  # noqa: E402
 from tests.adapters.vllm_loopback import LoopbackVLLM, client_for  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"

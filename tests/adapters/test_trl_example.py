@@ -27,7 +27,7 @@ def test_trl_example_trains_with_prover_credit(tmp_path: Path) -> None:
 def test_vllm_launch_example_builds_and_trains_against_a_loopback_server(tmp_path: Path) -> None:
     """``examples/trl_prover_vllm.py``'s trainer, one process on CPU, against a loopback vLLM server."""
     require_host("requests")
-    from prover_trl.toy import FixedJudge, tiny_causal_lm
+    from examples.trl_toy import FixedJudge, tiny_causal_lm
     from tests.adapters.test_trl_chat import chatml_tokenizer
     from tests.adapters.vllm_loopback import LoopbackVLLM, trl_server_mode
 

@@ -29,7 +29,7 @@ if __name__ != "__main__":
 def _worker(out_dir: str, mode: str = "ok") -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from prover_trl.toy import tiny_causal_lm, word_tokenizer
+    from examples.trl_toy import tiny_causal_lm, word_tokenizer
     from tests.adapters.vllm_loopback import LoopbackVLLM, trl_server_mode
 
     tokenizer = word_tokenizer()
@@ -50,9 +50,9 @@ def _train(out_dir: str, mode: str, tokenizer: Any, server: Any) -> None:
     from datasets import Dataset
     from trl import GRPOConfig
 
+    from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm
     from prover_core import ProverConfig, ReplayEnv
     from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, member_reset, success_reward
-    from prover_trl.toy import FixedJudge, LuckyDoor, tiny_causal_lm
 
     seen: list[dict[str, Any]] = []
 
@@ -131,7 +131,11 @@ def _train(out_dir: str, mode: str, tokenizer: Any, server: Any) -> None:
 
 def _launch(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
     root = Path(__file__).parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "adapters")]), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "adapters" / "trl")]),
+        "OMP_NUM_THREADS": "1",
+    }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     return subprocess.run([*cmd, __file__, str(tmp_path), mode], env=env, capture_output=True, text=True, timeout=240)
 

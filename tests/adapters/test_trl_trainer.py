@@ -1,7 +1,7 @@
 """ProverGRPOTrainer end to end on CPU: a tiny random Llama, a word-level tokenizer built from local
 text, the three-turn LuckyDoor environment, TRL's real GRPOTrainer loop.
 
-LuckyDoor makes the verification outcome certain (see ``prover_trl.toy.LuckyDoor``): in every group
+LuckyDoor makes the verification outcome certain (see ``examples/trl_toy.py``): in every group
 of 4 exactly member 0 succeeds, and for segment (1, 1) of its run every continuation of the real
 policy from before turn 1 fails and every one from after it succeeds, so ``Delta = 1``.
 """
@@ -21,9 +21,9 @@ trl = require_host("trl")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
+from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # noqa: E402
 from prover_core import ProverConfig, ReplayEnv  # noqa: E402
 from prover_trl import ProverGRPOTrainer, ProverSetup, ProverTRLError, make_rollout_func, success_reward  # noqa: E402
-from prover_trl.toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"

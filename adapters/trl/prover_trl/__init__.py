@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prover_core.credit import mask_runs
+from prover_core.hosts import require_hosts
 from prover_trl.batch import PROVER_KEYS, RESET_KEY, SPANS_KEY, SUCCESS_KEY, TURNS_KEY, Row, build_trajectory, owners
 from prover_trl.chat import ChatRenderer
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine, trainer_sampling
@@ -21,11 +22,16 @@ from prover_trl.spans import check_spans
 if TYPE_CHECKING:
     from prover_trl.trainer import ProverGRPOTrainer, ProverSetup
 
+__version__ = "0.1.0"
+INSTALL_HINT = (
+    "Install torch first (CPU: pip install torch==2.13.0), then pip install ./adapters/trl; see docs/adapters/trl.md."
+)
 _LAZY = {"ProverGRPOTrainer", "ProverSetup"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
+        require_hosts("torch", "trl", adapter="prover-trl", hint=INSTALL_HINT)
         from prover_trl import trainer
 
         return getattr(trainer, name)

@@ -23,6 +23,8 @@ from prover_verl.names import ESTIMATOR_NAME
 from prover_verl.registry import register
 from prover_verl.rows import bonus_matrix, turn_runs
 
+__version__ = "0.1.0"
+
 __all__ = [
     "ESTIMATOR_NAME",
     "EnvManagerEnv",

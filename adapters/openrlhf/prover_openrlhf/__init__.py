@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from prover_core.credit import mask_runs
+from prover_core.hosts import require_hosts
 from prover_openrlhf.batch import Plan, Row, batch_rows, build_trajectory, plan_batch
 from prover_openrlhf.errors import ExperienceBatchError, ProverOpenRLHFError, SetupError
 from prover_openrlhf.prover_setup import SETUP_ENV, ProverSetup, load_setup
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from prover_openrlhf.recorder import RecordingAgentExecutor
     from prover_openrlhf.restore import AgentInstanceEnv
 
+__version__ = "0.1.0"
+INSTALL_HINT = (
+    "Install torch and OpenRLHF first (CPU recipe: docs/adapters/openrlhf.md), then pip install ./adapters/openrlhf."
+)
 _LAZY = {
     "ProverExperienceMaker": "prover_openrlhf.experience_maker",
     "install": "prover_openrlhf.install",
@@ -39,6 +44,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
+        require_hosts("torch", "openrlhf", "ray", adapter="prover-openrlhf", hint=INSTALL_HINT)
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'prover_openrlhf' has no attribute {name!r}")
 
