@@ -134,16 +134,28 @@ def test_merge_reports_sums_counts() -> None:
         groups=[GroupRecord(group_id="g0", size=4, successes=0, status="not_eligible")],
         judge_calls=0,
         rollout_turns=8,
+        rollout_episodes=4,
         judge_stats={"tokens": 3.0},
     )
     b = Report(
         groups=[GroupRecord(group_id="g1", size=4, successes=1, status="declined")],
         judge_calls=1,
         rollout_turns=9,
+        rollout_episodes=4,
         judge_stats={"tokens": 4.0, "retries": 1.0},
     )
     merged = merge_reports([a, b])
     assert [g.group_id for g in merged.groups] == ["g0", "g1"]
-    assert (merged.judge_calls, merged.rollout_turns) == (1, 17)
+    assert (merged.judge_calls, merged.rollout_turns, merged.rollout_episodes) == (1, 17, 8)
     assert merged.judge_stats == {"tokens": 7.0, "retries": 1.0}
     assert merged.metrics()["prover/groups_declined"] == 1.0
+
+
+def test_owners_leave_out_rows_of_skipped_groups() -> None:
+    def t(i: int, g: str, ok: bool, n: int = 1) -> Trajectory:
+        turns = tuple(Turn(observation="o", action="a", token_span=(2 * k, 2 * k + 1)) for k in range(n))
+        return Trajectory(id=f"r{i}", group_id=g, reset={}, turns=turns, success=ok)
+
+    # rows 0-3: g0 (left out), rows 4-7: g1 with its success on row 6 (process 3 at 2 rows per process)
+    rows = [None] * 4 + [t(4, "g1", False), t(5, "g1", False), t(6, "g1", True), t(7, "g1", False)]
+    assert owners(rows, 2, ProverConfig()) == {"g1": 3}

@@ -22,3 +22,38 @@ def test_trl_example_trains_with_prover_credit(tmp_path: Path) -> None:
         assert log["prover/groups_accepted"] == 1.0
         assert log["prover/mean_delta_accepted"] == 1.0  # LuckyDoor: 4/4 from after the door, 0/4 before
         assert log["prover/bonus_tokens"] >= 1.0
+
+
+def test_vllm_launch_example_builds_and_trains_against_a_loopback_server(tmp_path: Path) -> None:
+    """``examples/trl_prover_vllm.py``'s trainer, one process on CPU, against a loopback vLLM server."""
+    require_host("requests")
+    from examples.trl_toy import FixedJudge, tiny_causal_lm
+    from tests.adapters.test_trl_chat import chatml_tokenizer
+    from tests.adapters.vllm_loopback import LoopbackVLLM, trl_server_mode
+
+    path = Path(__file__).parents[2] / "examples" / "trl_prover_vllm.py"
+    spec = importlib.util.spec_from_file_location("trl_prover_vllm", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tokenizer = chatml_tokenizer()
+    server = LoopbackVLLM(tiny_causal_lm(tokenizer, seed=1), eos_token_id=tokenizer.eos_token_id)
+    with server, trl_server_mode(server):
+        trainer = module.build_trainer(
+            tiny_causal_lm(tokenizer, seed=0),
+            tokenizer,
+            vllm_url=server.url,
+            output_dir=str(tmp_path),
+            steps=1,
+            k=2,
+            per_device_batch=4,
+            num_generations=4,
+            max_action_tokens=3,
+            use_cpu=True,
+            judge=FixedJudge(1, 1),
+        )
+        trainer.train()
+    (log,) = [log for log in trainer.state.log_history if "prover/groups" in log]
+    assert log["prover/groups_accepted"] == 1.0 and log["prover/mean_delta_accepted"] == 1.0
+    assert log["prover/continuation_share"] == 1.0  # 2K = 4 continuations over the batch's 4 episodes
+    assert sum("seed" in r for r in server.requests) >= 2 * 2  # the continuations' seeded requests

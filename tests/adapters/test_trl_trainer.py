@@ -23,7 +23,7 @@ from datasets import Dataset  # noqa: E402
 
 from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # noqa: E402
 from prover_core import ProverConfig, ReplayEnv  # noqa: E402
-from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward  # noqa: E402
+from prover_trl import ProverGRPOTrainer, ProverSetup, ProverTRLError, make_rollout_func, success_reward  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
@@ -84,7 +84,7 @@ def _recording(base: type) -> type:
     return Recording
 
 
-def _train(tmp_path: Path, trainer_class: type, **kwargs: Any) -> Any:
+def _train(tmp_path: Path, trainer_class: type, render_observation: Any = None, **kwargs: Any) -> Any:
     tokenizer = word_tokenizer()
     trainer = _recording(trainer_class)(
         model=tiny_causal_lm(tokenizer, seed=0),
@@ -92,7 +92,7 @@ def _train(tmp_path: Path, trainer_class: type, **kwargs: Any) -> Any:
         args=_args(tmp_path),
         train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
         processing_class=tokenizer,
-        rollout_func=make_rollout_func(LuckyDoor, max_turns=5),
+        rollout_func=make_rollout_func(LuckyDoor, max_turns=5, render_observation=render_observation),
         **kwargs,
     )
     trainer.train()
@@ -155,6 +155,7 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
     logged = [log for log in trainer.state.log_history if "prover/groups_accepted" in log]
     assert [log["prover/groups_accepted"] for log in logged] == [1.0, 1.0]
     assert all(log["prover/bonus_tokens"] >= 1 and log["prover/continuation_tokens"] > 0 for log in logged)
+    assert [log["prover/continuation_share"] for log in logged] == [2 * K / G] * 2  # 2K continuations / G episodes
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +238,78 @@ def test_env_or_continue_from_is_required(tmp_path: Path) -> None:
             rollout_func=make_rollout_func(LuckyDoor, max_turns=5),
             prover=ProverSetup(),
         )
+
+
+def _silent_door_render(tokenizer: Any) -> Any:
+    """The rollout's rendering, except that the "door" observation renders to zero tokens."""
+    return lambda obs: [] if obs == "door" else tokenizer.encode(str(obs), add_special_tokens=False)
+
+
+def test_an_observation_rendered_to_zero_tokens_keeps_exact_spans_with_make_rollout_func(tmp_path: Path) -> None:
+    """``make_rollout_func`` returns the exact turn spans: turns 0 and 1 abut and are still two turns."""
+    tokenizer = word_tokenizer()
+    render = _silent_door_render(tokenizer)
+    prover = ProverSetup(
+        judge=FixedJudge(1, 1),
+        env=ReplayEnv(LuckyDoor),
+        config=ProverConfig(k=K),
+        policy_options={"render_observation": render},
+    )
+    trainer = _train(tmp_path, ProverGRPOTrainer, prover=prover, render_observation=render)
+    for result, inputs in zip(trainer.results, trainer.loss_inputs, strict=True):
+        (record,) = result.report.groups
+        assert record.status == "accepted"
+        lucky = result.trajectories[record.trajectory_id]
+        (first, second, third) = (t.token_span for t in lucky.turns)
+        assert first[1] == second[0] and second[1] < third[0]  # no token between turns 0 and 1
+        (b,) = [i for i, r in enumerate(inputs["prover_row"].tolist()) if r == int(lucky.id.split(":")[1])]
+        assert inputs["prover_bonus"][b, second[0] : second[1]].eq(1.0).all()
+        assert inputs["prover_bonus"].sum() == second[1] - second[0]
+
+
+def test_rows_that_cannot_be_rebuilt_make_a_recorded_skip_not_a_crash(tmp_path: Path, stock: Any) -> None:
+    """Without explicit spans, the empty "door" observation merges turns 0 and 1 into one run of the
+    env mask: 3 recorded turns, 2 runs. The group keeps plain GRPO credit and the report says why."""
+    tokenizer = word_tokenizer()
+    full = make_rollout_func(LuckyDoor, max_turns=5, render_observation=_silent_door_render(tokenizer))
+
+    def no_spans(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        out = full(prompts, trainer)
+        del out["prover_turn_spans"]
+        return out
+
+    trainer = _recording(ProverGRPOTrainer)(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        reward_funcs=success_reward,
+        args=_args(tmp_path),
+        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+        processing_class=tokenizer,
+        rollout_func=no_spans,
+        prover=ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K)),
+    )
+    trainer.train()  # no crash
+    assert trainer.state.global_step == 2
+    assert trainer.results == [None, None]  # nothing was verified
+    (record,) = trainer.prover_last_report.groups
+    assert record.status == "skipped" and record.stage == "trigger"
+    assert (record.size, record.successes) == (G, 1)
+    assert "3 turns in prover_turns but 2 token spans" in record.reason
+    for inputs in trainer.loss_inputs:
+        assert not inputs["prover_bonus"].any()
+        assert torch.equal(inputs["advantages"], inputs["advantages"][:, :1].expand_as(inputs["advantages"]))
+    logged = [log for log in trainer.state.log_history if "prover/groups_skipped" in log]
+    assert [log["prover/groups_skipped"] for log in logged] == [1.0, 1.0]
+    assert [log["prover/continuation_share"] for log in logged] == [0.0, 0.0]
+
+    strict = ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K, strict=True))
+    trainer = _recording(ProverGRPOTrainer)(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        reward_funcs=success_reward,
+        args=_args(tmp_path / "strict"),
+        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+        processing_class=tokenizer,
+        rollout_func=no_spans,
+        prover=strict,
+    )
+    with pytest.raises(ProverTRLError, match="token spans"):
+        trainer.train()

@@ -1,7 +1,8 @@
 """ProVer credit for TRL's ``GRPOTrainer``.
 
 ``ProverGRPOTrainer`` (with ``ProverSetup``) is imported lazily, so ``import prover_trl`` imports
-neither trl nor torch; the helpers for spans, batches, rollouts and the default policy are light.
+neither trl nor torch; the helpers for spans, batches, rollouts, chat rendering, the default policy
+and the vLLM token engines are light.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from prover_core.credit import mask_runs
 from prover_core.hosts import require_hosts
 from prover_trl.batch import PROVER_KEYS, RESET_KEY, SPANS_KEY, SUCCESS_KEY, TURNS_KEY, Row, build_trajectory, owners
+from prover_trl.chat import ChatRenderer
+from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine, trainer_sampling
 from prover_trl.errors import ProverTRLError
 from prover_trl.policy import TrainerPolicy
 from prover_trl.rollout import make_rollout_func, member_reset, success_reward
@@ -41,11 +44,14 @@ __all__ = [
     "SPANS_KEY",
     "SUCCESS_KEY",
     "TURNS_KEY",
+    "ChatRenderer",
     "ProverGRPOTrainer",
     "ProverSetup",
     "ProverTRLError",
     "Row",
     "TrainerPolicy",
+    "VLLMColocateEngine",
+    "VLLMServerEngine",
     "build_trajectory",
     "check_spans",
     "make_rollout_func",
@@ -53,4 +59,5 @@ __all__ = [
     "member_reset",
     "owners",
     "success_reward",
+    "trainer_sampling",
 ]

@@ -106,16 +106,18 @@ def build_trajectory(
         raise ProverTRLError(f"row {trajectory_id}: {exc}") from exc
 
 
-def owners(trajectories: Sequence[Trajectory], rows_per_process: int, config: ProverConfig) -> dict[str, int]:
+def owners(trajectories: Sequence[Trajectory | None], rows_per_process: int, config: ProverConfig) -> dict[str, int]:
     """The process that credits each group: the one holding its representative successful run.
 
-    ``trajectories`` are in global row order. The bonus only ever lands on the representative's row,
-    so that process can add it locally. Groups that are not eligible go to the process of their first row.
+    ``trajectories`` are in global row order (``None`` for a row left out, e.g. of a skipped group).
+    The bonus only ever lands on the representative's row, which that process holds. Groups that are
+    not eligible go to the process of their first row.
     """
-    where = {t.id: i // rows_per_process for i, t in enumerate(trajectories)}
+    where = {t.id: i // rows_per_process for i, t in enumerate(trajectories) if t is not None}
     groups: dict[str, list[Trajectory]] = {}
     for t in trajectories:
-        groups.setdefault(t.group_id, []).append(t)
+        if t is not None:
+            groups.setdefault(t.group_id, []).append(t)
     out: dict[str, int] = {}
     for gid, members in groups.items():
         if is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
@@ -135,5 +137,6 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         groups=[g for r in reports for g in r.groups],
         judge_calls=sum(r.judge_calls for r in reports),
         rollout_turns=sum(r.rollout_turns for r in reports),
+        rollout_episodes=sum(r.rollout_episodes for r in reports),
         judge_stats=stats,
     )

@@ -22,11 +22,29 @@ from prover_trl.errors import ProverTRLError
 TokenIds = list[int]
 
 
+def generate_with_logprobs(
+    trainer: Any, contexts: Sequence[Sequence[int]], max_new_tokens: int | None = None
+) -> tuple[list[TokenIds], list[list[float | None]] | None]:
+    """One sampled continuation of each token context with the trainer's generation backend, and the
+    sampled tokens' log-probabilities where the backend reports them (vLLM), else ``None``.
+
+    vLLM reports a log-probability it could not compute as ``None``; TRL's importance-sampling
+    correction then leaves that token uncorrected.
+    """
+    out, logprobs = trainer._generate_single_turn([list(c) for c in contexts], None, {}, num_generations=1)
+    ids = [list(map(int, o)) for o in out]
+    lps = None if logprobs is None else [[None if x is None else float(x) for x in row] for row in logprobs]
+    if lps is not None and [len(r) for r in lps] != [len(o) for o in ids]:
+        raise ProverTRLError("the generation backend returned logprobs that do not match its tokens one to one")
+    if max_new_tokens is not None:
+        ids = [o[:max_new_tokens] for o in ids]
+        lps = None if lps is None else [r[:max_new_tokens] for r in lps]
+    return ids, lps
+
+
 def generate(trainer: Any, contexts: Sequence[Sequence[int]], max_new_tokens: int | None = None) -> list[TokenIds]:
     """One sampled continuation of each token context with the trainer's generation backend."""
-    out = trainer._generate_single_turn([list(c) for c in contexts], None, {}, num_generations=1)[0]
-    ids = [list(map(int, o)) for o in out]
-    return ids if max_new_tokens is None else [o[:max_new_tokens] for o in ids]
+    return generate_with_logprobs(trainer, contexts, max_new_tokens)[0]
 
 
 @contextmanager

@@ -4,22 +4,29 @@ After the stock ``_generate_and_score_completions`` (generation, rewards, GRPO a
 and before TRL shuffles rows, every process:
 
 1. rebuilds its rows as :class:`~prover_core.Trajectory` objects (turn spans from ``prover_turn_spans``
-   or the runs of ``completion_mask * tool_mask``; outcome from ``prover_success`` or the reward),
-2. gathers all processes' trajectories, so groups split across processes are whole,
-3. runs :func:`~prover_core.compute_bonus` on the groups whose representative successful row it holds,
-4. returns advantages of shape ``(B, T)``: ``A[b, i] = A_b + lam * Delta`` on the trainable tokens of
-   an accepted segment, ``A_b`` elsewhere. TRL's ``_compute_loss`` takes ``(B, T)`` advantages as is.
+   or the runs of ``completion_mask * tool_mask``; outcome from ``prover_success`` or the reward). A row
+   that cannot be rebuilt exactly (e.g. an observation rendered to zero tokens merged two actions into
+   one run of the mask) makes its whole group a recorded skip with plain GRPO credit (an error under
+   ``ProverConfig(strict=True)``),
+2. gathers all processes' trajectories and token records, so groups split across processes are whole,
+3. runs :func:`~prover_core.compute_bonus` on the groups it verifies: those whose representative
+   successful row it holds (``verify_on="owner"``), or every group on the main process
+   (``verify_on="main"``: vLLM server mode, where only the main process holds TRL's ``VLLMClient``),
+4. gathers the accepted bonuses and returns advantages of shape ``(B, T)``: ``A[b, i] = A_b + lam * Delta``
+   on the trainable tokens of an accepted segment, ``A_b`` elsewhere. TRL's ``_compute_loss`` takes
+   ``(B, T)`` advantages as is.
 
 The bonus is also returned as ``inputs["prover_bonus"]`` and the global row index as
-``inputs["prover_row"]``; the report's figures are logged under ``prover/``.
+``inputs["prover_row"]``; the report's figures are logged through TRL's own ``self._metrics`` under ``prover/``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import torch
 from accelerate.utils import gather_object
 from trl.trainer.grpo_trainer import GRPOTrainer
@@ -28,16 +35,33 @@ from prover_core import (
     BonusResult,
     ContinueFn,
     DivergenceJudge,
+    GroupRecord,
     Judge,
     Policy,
     ProverConfig,
     Report,
     RestorableEnv,
+    Trajectory,
     compute_bonus,
 )
-from prover_trl.batch import PROVER_KEYS, RESET_KEY, Row, build_trajectory, group_layout, merge_reports, owners
+from prover_core.credit import mask_runs, spread_to_tokens
+from prover_core.engine import EnginePolicy, Generation, TokenEngine, TokenStore
+from prover_trl.backend import backend, collective_generation
+from prover_trl.batch import (
+    PROVER_KEYS,
+    RESET_KEY,
+    SUCCESS_KEY,
+    Row,
+    build_trajectory,
+    group_layout,
+    merge_reports,
+    owners,
+)
+from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine, trainer_sampling
 from prover_trl.errors import ProverTRLError
 from prover_trl.policy import TrainerPolicy, _mix, seeded
+
+VerifyOn = Literal["auto", "owner", "main"]
 
 
 @dataclass
@@ -45,27 +69,50 @@ class ProverSetup:
     """How ProVer runs inside the trainer.
 
     Give ``env`` (a :class:`~prover_core.RestorableEnv`, e.g. ``ReplayEnv(make_env)``) and let
-    continuations use the trainer's own generation (``policy=None``), or give a ``policy`` (a
-    :class:`~prover_core.Policy`, or ``trainer -> Policy``), or give ``continue_from`` instead of both.
+    continuations use the trainer's own generation (``policy=None``: vLLM server or colocate engine,
+    or transformers ``generate``), or give a ``policy`` (a :class:`~prover_core.Policy`, or
+    ``trainer -> Policy``), or give ``continue_from`` instead of both.
+
+    ``verify_on``: ``"owner"`` verifies each group on the process holding its representative
+    successful row; ``"main"`` verifies every group on the main process (a ``policy`` factory may then
+    return ``None`` on the other processes); ``"auto"`` is ``"main"`` in vLLM server mode, else ``"owner"``.
     """
 
     judge: Judge = field(default_factory=DivergenceJudge)
     env: RestorableEnv | None = None
-    policy: Policy | Callable[[Any], Policy] | None = None
+    policy: Policy | Callable[[Any], Policy | None] | None = None
     continue_from: ContinueFn | None = None
     config: ProverConfig = field(default_factory=ProverConfig)
     enabled: bool = True
+    verify_on: VerifyOn = "auto"
     policy_options: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the default :class:`~prover_trl.policy.TrainerPolicy`."""
+    """Keyword arguments of the default policy: ``render_observation`` and ``parse_action`` (token ids ->
+    action; both must match the rollout's), ``max_action_tokens``; for :class:`~prover_trl.policy.TrainerPolicy`
+    also ``batched``; for the vLLM engines also ``max_concurrency`` and ``timeout_s``."""
 
 
-def _collective_generation(trainer: Any) -> bool:
-    """True when generation needs every process at once (vLLM, DeepSpeed ZeRO-3, FSDP)."""
-    zero3 = (
-        bool(getattr(trainer, "is_deepspeed_enabled", False))
-        and getattr(getattr(trainer.accelerator.state, "deepspeed_plugin", None), "zero_stage", 0) == 3
-    )
-    return bool(trainer.use_vllm) or zero3 or bool(getattr(trainer, "is_fsdp_enabled", False))
+@dataclass(frozen=True)
+class _Built:
+    """One row as every process sees it after the gather."""
+
+    row: int
+    group_id: str
+    trajectory: Trajectory | None
+    problem: str | None
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    success: bool
+    turns: int
+
+
+class _ParseIds:
+    """``Generation -> action`` from a ``token ids -> action`` parser."""
+
+    def __init__(self, parse: Callable[[Any], Any]) -> None:
+        self.parse = parse
+
+    def __call__(self, generation: Generation) -> Any:
+        return self.parse(list(generation.token_ids))
 
 
 class ProverGRPOTrainer(GRPOTrainer):
@@ -80,9 +127,12 @@ class ProverGRPOTrainer(GRPOTrainer):
         self._prover_generated: tuple[Any, ...] | None = None
         self._prover_rewards: torch.Tensor | None = None
         self._prover_calls = 0
-        if not self.prover.enabled:
-            return
         setup = self.prover
+        self.prover_verify_on: VerifyOn = setup.verify_on
+        if setup.verify_on == "auto":
+            self.prover_verify_on = "main" if backend(self) == "vllm_server" and setup.policy is None else "owner"
+        if not setup.enabled:
+            return
         if setup.continue_from is not None:
             if setup.env is not None or setup.policy is not None:
                 raise ValueError("ProverSetup: give either continue_from or env (and optionally policy), not both")
@@ -90,17 +140,47 @@ class ProverGRPOTrainer(GRPOTrainer):
         if setup.env is None:
             raise ValueError("ProverSetup needs env (a RestorableEnv, e.g. prover_core.ReplayEnv) or continue_from")
         if setup.policy is None:
-            if self.accelerator.num_processes > 1 and _collective_generation(self):
-                raise NotImplementedError(
-                    "ProVer continuations with the trainer's own generation are not supported on several processes "
-                    "when generation is collective (vLLM, DeepSpeed ZeRO-3, FSDP): each process verifies only its "
-                    "own groups. Pass ProverSetup(policy=...) or continue_from=... that serves its own requests."
-                )
-            self.prover_policy = TrainerPolicy(self, **setup.policy_options)
+            self.prover_policy = self._default_policy()
         elif isinstance(setup.policy, Policy):
             self.prover_policy = setup.policy
         else:
             self.prover_policy = setup.policy(self)
+        if self.prover_policy is None and (self.prover_verify_on == "owner" or self.accelerator.is_main_process):
+            raise ValueError("ProverSetup.policy returned None on a process that verifies groups")
+
+    def _default_policy(self) -> Policy | None:
+        """The trainer's own generation: an engine over TRL's vLLM backend, or ``TrainerPolicy``."""
+        kind = backend(self)
+        if kind != "vllm_server" and collective_generation(self):
+            raise NotImplementedError(
+                "ProVer continuations with the trainer's own generation need every process to generate on its "
+                "own, but here generation is collective (DeepSpeed ZeRO-3, FSDP, or vLLM colocate with tensor "
+                "parallelism): use vLLM server mode, or pass ProverSetup(policy=...) or continue_from=..."
+            )
+        if kind == "transformers":
+            return TrainerPolicy(self, **self.prover.policy_options)
+        if kind == "vllm_colocate":
+            return self._engine_policy(VLLMColocateEngine(self.vllm_generation))
+        if self.prover_verify_on == "owner" and self.accelerator.num_processes > 1:
+            raise ValueError("vLLM server mode: only the main process holds the client, so verify_on must be 'main'")
+        if not self.accelerator.is_main_process:
+            return None
+        return self._engine_policy(VLLMServerEngine(self.vllm_generation.vllm_client))
+
+    def _engine_policy(self, engine: TokenEngine) -> EnginePolicy:
+        options = dict(self.prover.policy_options)
+        tokenizer: Any = getattr(self.processing_class, "tokenizer", self.processing_class)
+        render = options.pop("render_observation", None) or (
+            lambda obs: tokenizer.encode(str(obs), add_special_tokens=False)
+        )
+        parse = options.pop("parse_action", None) or (
+            lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+        )
+        options.pop("batched", None)  # the engines batch concurrent continuations themselves
+        sampling = trainer_sampling(self, options.pop("max_action_tokens", None))
+        return EnginePolicy(
+            engine, TokenStore(), render_observation=render, parse_action=_ParseIds(parse), sampling=sampling, **options
+        )
 
     # -- capture what the stock method computes but does not return -------------------------------------------
     def _generate(self, prompts: list[Any]) -> Any:
@@ -172,6 +252,62 @@ class ProverGRPOTrainer(GRPOTrainer):
             raise ProverTRLError("ProVer failed on " + "; ".join(errors)) from failure
         return [item for _, _, part in gathered for item in part]
 
+    def _build_rows(self, rows: list[Row], tag: str, start: int, size: int) -> list[_Built]:
+        """This process's rows as trajectories; a row that cannot be rebuilt carries its ``problem`` instead."""
+        tokenizer: Any = getattr(self.processing_class, "tokenizer", self.processing_class)
+
+        def decode(ids: Any) -> str:
+            return str(tokenizer.decode(list(ids), skip_special_tokens=True))
+
+        out = []
+        for i, row in enumerate(rows):
+            group_id = f"{tag}:g{(start + i) // size}"
+            trajectory, problem = None, None
+            try:
+                trajectory = build_trajectory(row, trajectory_id=f"{tag}:{start + i}", group_id=group_id, decode=decode)
+            except ProverTRLError as exc:
+                if self.prover.config.strict:
+                    raise
+                problem = str(exc)
+            success = row.extras.get(SUCCESS_KEY, row.reward)
+            out.append(
+                _Built(
+                    row=start + i,
+                    group_id=group_id,
+                    trajectory=trajectory,
+                    problem=problem,
+                    prompt_ids=tuple(int(t) for t in row.prompt_ids),
+                    completion_ids=tuple(int(t) for t in row.completion_ids),
+                    success=success is True or success == 1,
+                    turns=trajectory.num_turns if trajectory is not None else len(mask_runs(row.trainable)),
+                )
+            )
+        return out
+
+    def _record_tokens(self, everyone: list[_Built]) -> None:
+        """Hand the step's token records to the continuation policy (all rows, so any process may verify)."""
+        policy = self.prover_policy
+        if isinstance(policy, TrainerPolicy):
+            policy.clear()
+            policy.generated_tokens = 0
+            for b in everyone:
+                if b.trajectory is not None:
+                    policy.sequences[b.trajectory.id] = (list(b.prompt_ids), list(b.completion_ids))
+        elif isinstance(policy, EnginePolicy):
+            policy.clear()
+            policy.tokens.clear()
+            for b in everyone:
+                if b.trajectory is not None:
+                    policy.tokens.add(b.trajectory, b.prompt_ids, b.completion_ids)
+
+    def _continuation_tokens(self) -> int | None:
+        policy = self.prover_policy
+        if isinstance(policy, TrainerPolicy):
+            return policy.generated_tokens
+        if isinstance(policy, EnginePolicy):
+            return policy.stats.generated_tokens
+        return None
+
     def _prover_bonus(self, output: dict[str, Any], resets: list[dict[str, Any]]) -> torch.Tensor:
         """The ``(B, T)`` bonus of this process's rows, zero outside trainable tokens."""
         setup = self.prover
@@ -182,35 +318,26 @@ class ProverGRPOTrainer(GRPOTrainer):
         self._prover_calls += 1
         size: int = self.num_generations  # type: ignore[assignment]  # always set in train mode
         group_layout(local * self.accelerator.num_processes, size)
-        start = self.accelerator.process_index * local
-        tokenizer: Any = getattr(self.processing_class, "tokenizer", self.processing_class)
-
-        def decode(ids: Any) -> str:
-            return str(tokenizer.decode(list(ids), skip_special_tokens=True))
+        here = self.accelerator.process_index
 
         failure: Exception | None = None
         try:
-            mine = [
-                build_trajectory(
-                    row,
-                    trajectory_id=f"{tag}:{start + i}",
-                    group_id=f"{tag}:g{(start + i) // size}",
-                    decode=decode,
-                )
-                for i, row in enumerate(rows)
-            ]
+            mine = self._build_rows(rows, tag, here * local, size)
         except Exception as exc:
             mine, failure = [], exc
-        everyone = self._gather_or_raise(mine, failure)
-        owner = owners(everyone, local, setup.config)
-        here = self.accelerator.process_index
-        batch = [t for t in everyone if owner[t.group_id] == here]
+        everyone: list[_Built] = self._gather_or_raise(mine, failure)
+        problems: dict[str, str] = {}
+        for b in everyone:
+            if b.problem is not None:
+                problems.setdefault(b.group_id, b.problem)
+        valid = [b.trajectory if b.group_id not in problems else None for b in everyone]
+        if self.prover_verify_on == "main":
+            owner = {t.group_id: 0 for t in valid if t is not None}
+        else:
+            owner = owners(valid, local, setup.config)
+        batch = [t for t in valid if t is not None and owner[t.group_id] == here]
 
-        if isinstance(self.prover_policy, TrainerPolicy):
-            self.prover_policy.clear()
-            self.prover_policy.generated_tokens = 0
-            for i, row in enumerate(rows):
-                self.prover_policy.sequences[mine[i].id] = (list(row.prompt_ids), list(row.completion_ids))
+        self._record_tokens([b for b in everyone if b.group_id not in problems])
         result: BonusResult | None = None
         report = Report()
         if batch:
@@ -227,27 +354,43 @@ class ProverGRPOTrainer(GRPOTrainer):
                 report = result.report
             except Exception as exc:
                 failure = exc
+        credit = {} if result is None else {k: v for k, v in result.turn_bonus.items() if np.any(v)}
+        generated = self._continuation_tokens()
         if isinstance(self.prover_policy, TrainerPolicy):
             self.prover_policy.clear()
 
+        gathered = self._gather_or_raise([(report, credit, generated)], failure)
+        accepted: dict[str, np.ndarray[Any, Any]] = {}
+        for _, part, _ in gathered:
+            accepted.update(part)
         bonus = torch.zeros(local, length, dtype=torch.float32)
-        if result is not None:
-            for i, traj in enumerate(mine):
-                if traj.id in result.turn_bonus and result.turn_bonus[traj.id].any():
-                    bonus[i] = torch.from_numpy(result.token_bonus(traj.id, length)).float()
+        for i, b in enumerate(mine):
+            if b.trajectory is not None and b.trajectory.id in accepted:
+                bonus[i] = torch.from_numpy(spread_to_tokens(b.trajectory, accepted[b.trajectory.id], length)).float()
         bonus = bonus.to(loss_mask.device) * loss_mask.float()
 
-        reports = self._gather_or_raise([report], failure)
-        merged = merge_reports(reports)
+        skips = [
+            GroupRecord(
+                group_id=gid,
+                size=sum(b.group_id == gid for b in everyone),
+                successes=sum(b.success for b in everyone if b.group_id == gid),
+                status="skipped",
+                stage="trigger",
+                reason=f"the rollout rows cannot be rebuilt exactly: {problem}",
+            )
+            for gid, problem in problems.items()
+        ]
+        merged = merge_reports([r for r, _, _ in gathered] + [Report(groups=skips)]).model_copy(
+            update={"rollout_episodes": len(everyone), "rollout_turns": sum(b.turns for b in everyone)}
+        )
         self.prover_last_result, self.prover_last_report = result, merged
         metrics = merged.metrics()
-        generated = self.prover_policy.generated_tokens if isinstance(self.prover_policy, TrainerPolicy) else 0
-        counts = torch.tensor([float((bonus != 0).sum()), float(generated)], device=bonus.device)
-        bonus_tokens, continuation_tokens = self.accelerator.gather(counts).view(-1, 2).sum(dim=0).tolist()
-        metrics["prover/bonus_tokens"] = bonus_tokens
-        if isinstance(self.prover_policy, TrainerPolicy):
-            metrics["prover/continuation_tokens"] = continuation_tokens
+        counts = torch.tensor([float((bonus != 0).sum())], device=bonus.device)
+        metrics["prover/bonus_tokens"] = float(self.accelerator.gather(counts).sum())
+        if any(g is not None for _, _, g in gathered):
+            metrics["prover/continuation_tokens"] = float(sum(g for _, _, g in gathered if g is not None))
+        mode = "train" if self.model.training else "eval"
         for key, value in metrics.items():
-            self._metrics["train"][key].append(value)
+            self._metrics[mode][key].append(value)
         self._prover_generated = self._prover_rewards = None  # drop this step's references
         return bonus
