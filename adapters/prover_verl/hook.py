@@ -48,6 +48,9 @@ class ProverStep:
     :func:`prover_core.compute_bonus` with ``config``. ``check_rewards`` compares each row's summed
     ``token_level_rewards`` with its trajectory's ``success`` (rows holding the terminal turn only);
     turn it off when the rewards carry a KL penalty (``algorithm.use_kl_in_reward``).
+    ``batch_keys`` (verl's v1 trainer: the TransferQueue keys ``{uid}_{session}_{index}`` of the rows,
+    ``batch.keys``) makes the GRPO base count each session once, on its final output, exactly as the
+    v1 trainer does for ``adv_estimator=grpo``; leave it ``None`` on the legacy path (every row counts).
     After the advantage step, ``result`` holds the :class:`~prover_core.BonusResult`.
     """
 
@@ -59,6 +62,7 @@ class ProverStep:
     executor: Any = None
     config: ProverConfig = field(default_factory=ProverConfig)
     rows: Sequence[str | RowTurns] | None = None
+    batch_keys: Sequence[str] | None = None
     check_rewards: bool = True
     result: BonusResult | None = field(default=None, init=False)
 
