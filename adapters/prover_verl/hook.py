@@ -13,7 +13,8 @@ credit the next batch) and raises :class:`HookMissingError` when none is set.
 
 Rows: ``ProverStep.rows[i]`` says what row ``i`` of the batch holds, as a trajectory id (the whole
 trajectory) or a :class:`RowTurns` (some of its turns, e.g. one row per environment step as in
-verl-agent). ``rows=None`` means one row per trajectory, in the order of ``trajectories``.
+verl-agent), or ``None`` (a row holding no trajectory, such as verl's synthetic padding rows).
+``rows=None`` means one row per trajectory, in the order of ``trajectories``.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class ProverStep:
     continue_from: ContinueFn | None = None
     executor: Any = None
     config: ProverConfig = field(default_factory=ProverConfig)
-    rows: Sequence[str | RowTurns] | None = None
+    rows: Sequence[str | RowTurns | None] | None = None
     batch_keys: Sequence[str] | None = None
     check_rewards: bool = True
     result: BonusResult | None = field(default=None, init=False)

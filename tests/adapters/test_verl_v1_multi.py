@@ -6,7 +6,8 @@ broadcasts that advantage to the session's other outputs; every other estimator 
 
 Batch (one group ``g``, four sessions, rewards as verl's agent loop gives them: every output of a
 session carries the final output's score): session 0 succeeds in three turns with two outputs (keys
-``g_0_0``: turns 0 and 1, response_mask ``1010``; ``g_0_1``: turn 2), sessions 1..3 fail with one output each. By hand, without std normalisation:
+``g_0_0``: turns 0 and 1, response_mask ``1010``; ``g_0_1``: turn 2), sessions 1..3 fail with one
+output each. By hand, without std normalisation:
 
 * grpo (one score per session): scores (1, 0, 0, 0), mean 1/4: session 0 gets 0.75, the rest -0.25;
 * all rows (what verl does for any other estimator): scores (1, 1, 0, 0, 0), mean 2/5: 0.6 and -0.4.
