@@ -56,9 +56,10 @@ from prover_core.verify import continuation_seeds  # noqa: E402
 from prover_verl import SetupError  # noqa: E402
 from prover_verl.agent_loop import ProverEnvAgentLoop  # noqa: E402
 from prover_verl.engine import VerlServerEngine  # noqa: E402
+from prover_verl.replicas import awake_replicas  # noqa: E402
 from prover_verl.spec import ProverSpec  # noqa: E402
 from prover_verl.startup import install_startup_guard  # noqa: E402
-from prover_verl.trainer import ProverTrainerSync  # noqa: E402
+from prover_verl.trainer import ProverTrainerColocateAsync, ProverTrainerSync  # noqa: E402
 
 prover_verl.register()
 install_startup_guard()
@@ -354,9 +355,40 @@ def test_prover_trainer_refuses_another_estimator_and_a_missing_spec() -> None:
         ProverTrainerSync(compose(**{"+prover.spec": ""}))
 
 
+def test_prover_trainers_keep_their_base_modes_logic() -> None:
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+
+    sync = ProverTrainerSync(compose())
+    assert sync.trainer_mode == "sync" and type(sync.replay_buffer) is ReplayBuffer
+    colocate = ProverTrainerColocateAsync(compose(**{"trainer.v1.trainer_mode": "prover_colocate_async"}))
+    assert colocate.trainer_mode == "colocate_async" and colocate.configured_mode == "prover_colocate_async"
+    assert type(colocate.replay_buffer) is ReplayBufferAsync and colocate.resume_generation
+
+
 def test_plain_grpo_with_verls_trainer_is_untouched_by_the_guard() -> None:
     trainer = PPOTrainerSync(compose(**{"algorithm.adv_estimator": "grpo", "trainer.v1.trainer_mode": "sync"}))
     assert trainer.trainer_mode == "sync"
+
+
+def checkpoint_manager(servers: list[Any]) -> CheckpointEngineManager:
+    """verl's own manager, with the backend the v1 trainer forces (``naive``)."""
+    return CheckpointEngineManager(
+        config=CheckpointEngineConfig(backend="naive"),
+        actor_wg=ActorWorkerGroupStandIn(servers),
+        replicas=[ReplicaStandIn(s) for s in servers],
+    )
+
+
+def test_colocate_async_order_wake_resume_then_abort_sleep_even_when_verification_fails(cluster: Any) -> None:
+    servers = cluster["servers"]
+    take(servers)
+    with (
+        pytest.raises(RuntimeError, match="verification failed"),
+        awake_replicas(checkpoint_manager(servers), 3, resume_generation=True),
+    ):
+        raise RuntimeError("verification failed")
+    events, _ = take(servers)
+    assert events == [["load_weights:3", "resume", "abort", "sleep"]] * 2
 
 
 # --- recording agent loop -> TransferQueue -> ProVer trainer's advantage step ---------------------
@@ -441,11 +473,7 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
     trainer.tokenizer = char_tokenizer()
     trainer.global_steps = 5
     trainer.llm_server_manager = cluster["manager"]
-    trainer.checkpoint_manager = CheckpointEngineManager(
-        config=CheckpointEngineConfig(backend="naive"),
-        actor_wg=ActorWorkerGroupStandIn(servers),
-        replicas=[ReplicaStandIn(s) for s in servers],
-    )
+    trainer.checkpoint_manager = checkpoint_manager(servers)
     metrics: dict[str, Any] = {}
     tags = [{"status": "success"} for _ in keys]
     trainer._compute_advantage(KVBatchMeta(keys=keys, tags=tags, partition_id="train"), metrics)
