@@ -21,10 +21,15 @@ require_host("verl")
 PROBE = (
     "import verl\n"
     "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+    "from verl.trainer.ppo.v1.trainer_base import PPOTrainer, TRAINER_REGISTRY\n"
+    "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+    "print('V1', sorted(k for k in TRAINER_REGISTRY if k.startswith('prover')), 'prover_env' in _agent_loop_registry,"
+    " getattr(PPOTrainer.__init__, '_prover_guard', False))\n"
     "fn = get_adv_estimator_fn('prover')\n"
     "print('REGISTERED', fn.__module__, fn.__name__)\n"
 )
 REGISTERED = "REGISTERED prover_verl.estimator compute_prover_advantage"
+V1 = "V1 ['prover_colocate_async', 'prover_sync'] True True"
 
 
 def start_probe(cwd: Path, **env: str) -> subprocess.Popen[str]:
@@ -51,9 +56,10 @@ def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
     lines = {}
     for name, proc in running.items():
-        out, err = proc.communicate(timeout=180)
+        out, err = proc.communicate(timeout=600)  # the plugin also imports verl's v1 trainer
         assert proc.returncode == 0, f"{name}: {err[-2000:]}"
-        lines[name] = out.strip().splitlines()[-1]
+        *_, v1, registered = out.strip().splitlines()
+        lines[name], lines[f"{name}_v1"] = registered, v1
     return lines
 
 
@@ -69,6 +75,11 @@ def test_registered_by_verl_use_external_modules(probes: dict[str, str]) -> None
 
 def test_registered_by_a_verl_plugins_entry_point(probes: dict[str, str]) -> None:
     assert probes["entry_point"] == REGISTERED
+
+
+def test_the_plugin_registers_provers_v1_trainers_agent_loop_and_start_up_guard(probes: dict[str, str]) -> None:
+    assert probes["modules_v1"] == V1
+    assert probes["entry_point_v1"] == V1
 
 
 def test_the_installed_prover_core_declares_the_entry_point() -> None:

@@ -15,3 +15,7 @@ class RowAlignmentError(ProverError, ValueError):
 
 class TurnAlignmentError(RowAlignmentError):
     """A row's turns cannot be placed on its tokens (runs of 1s in ``response_mask`` or token spans)."""
+
+
+class SetupError(HookMissingError):
+    """At start-up: ``adv_estimator=prover`` is configured without ProVer's trainer (nothing would set the step)."""

@@ -3,19 +3,25 @@
     A_i,k = A_GRPO,i + lam * Delta   on the tokens of the accepted segment's turns of trajectory i,
     A_i,k = A_GRPO,i                 on every other token with response_mask 1, and 0 where it is 0.
 
-``A_GRPO`` is verl's own ``compute_grpo_outcome_advantage`` (honouring
-``algorithm.norm_adv_by_std_in_grpo``; the paper's setting is ``false``); ``lam`` and everything else
+``A_GRPO`` is exactly what verl computes for ``adv_estimator=grpo`` on the same trainer path (honouring
+``algorithm.norm_adv_by_std_in_grpo``; the paper's setting is ``false``): verl's
+``compute_grpo_outcome_advantage`` over all rows on the legacy path, and on the v1 path (the step carries
+``batch_keys``) verl's own ``compute_advantage_for_multi_trajectories`` with ``grpo``, which scores each
+session once by its final output and broadcasts that to the session's other outputs. (verl routes every
+estimator but ``grpo`` over all rows there, which would shift the baseline with several outputs per
+session.) So with nothing accepted, ``prover`` equals ``grpo``. ``lam`` and everything else
 of the method come from the :class:`~prover_verl.hook.ProverStep`'s ``ProverConfig``. Select it with
 ``algorithm.adv_estimator=prover``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
+from verl.trainer.ppo.core_algos import AdvantageEstimator, compute_grpo_outcome_advantage, register_adv_est
 
 from prover_core.bonus import compute_bonus, group_batch
 from prover_core.data import Trajectory
@@ -29,6 +35,42 @@ def _norm_by_std(config: Any) -> bool:
     if config is None:
         return True  # verl's own default
     return bool(config.get("norm_adv_by_std_in_grpo", True))
+
+
+def grpo_baseline(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    norm_adv_by_std_in_grpo: bool,
+    batch_keys: Sequence[str] | None = None,
+    epsilon: float = 1e-6,
+) -> torch.Tensor:
+    """What verl's ``adv_estimator=grpo`` gives these rows: over all rows, or per v1 session (``batch_keys``)."""
+    if batch_keys is None:
+        grpo, _ = compute_grpo_outcome_advantage(
+            token_level_rewards=token_level_rewards,
+            response_mask=response_mask,
+            index=index,
+            epsilon=epsilon,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        )
+        return grpo
+    if len(batch_keys) != token_level_rewards.shape[0]:
+        raise RowAlignmentError(f"{len(batch_keys)} batch_keys for {token_level_rewards.shape[0]} rows")
+    from verl import DataProto
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": token_level_rewards, "response_mask": response_mask},
+        non_tensors={"uid": np.asarray(list(index), dtype=object)},
+    )
+    data = compute_advantage_for_multi_trajectories(
+        data,
+        batch_keys=list(batch_keys),
+        adv_estimator=AdvantageEstimator.GRPO,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+    )
+    return cast(torch.Tensor, data.batch["advantages"])
 
 
 @register_adv_est(ESTIMATOR_NAME)  # type: ignore[untyped-decorator]
@@ -65,13 +107,7 @@ def compute_prover_advantage(
     mask = response_mask.detach().cpu().numpy()
     bonus = bonus_matrix(result, rows, mask)
 
-    grpo, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=token_level_rewards,
-        response_mask=response_mask,
-        index=index,
-        epsilon=epsilon,
-        norm_adv_by_std_in_grpo=_norm_by_std(config),
-    )
+    grpo = grpo_baseline(token_level_rewards, response_mask, index, _norm_by_std(config), step.batch_keys, epsilon)
     extra = torch.as_tensor(bonus, dtype=grpo.dtype, device=grpo.device) * response_mask.to(grpo.dtype)
     advantages = grpo + extra
     step.result = result

@@ -13,7 +13,8 @@ credit the next batch) and raises :class:`HookMissingError` when none is set.
 
 Rows: ``ProverStep.rows[i]`` says what row ``i`` of the batch holds, as a trajectory id (the whole
 trajectory) or a :class:`RowTurns` (some of its turns, e.g. one row per environment step as in
-verl-agent). ``rows=None`` means one row per trajectory, in the order of ``trajectories``.
+verl-agent), or ``None`` (a row holding no trajectory, such as verl's synthetic padding rows).
+``rows=None`` means one row per trajectory, in the order of ``trajectories``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class ProverStep:
     :func:`prover_core.compute_bonus` with ``config``. ``check_rewards`` compares each row's summed
     ``token_level_rewards`` with its trajectory's ``success`` (rows holding the terminal turn only);
     turn it off when the rewards carry a KL penalty (``algorithm.use_kl_in_reward``).
+    ``batch_keys`` (verl's v1 trainer: the TransferQueue keys ``{uid}_{session}_{index}`` of the rows,
+    ``batch.keys``) makes the GRPO base count each session once, on its final output, exactly as the
+    v1 trainer does for ``adv_estimator=grpo``; leave it ``None`` on the legacy path (every row counts).
     After the advantage step, ``result`` holds the :class:`~prover_core.BonusResult`.
     """
 
@@ -58,7 +62,8 @@ class ProverStep:
     continue_from: ContinueFn | None = None
     executor: Any = None
     config: ProverConfig = field(default_factory=ProverConfig)
-    rows: Sequence[str | RowTurns] | None = None
+    rows: Sequence[str | RowTurns | None] | None = None
+    batch_keys: Sequence[str] | None = None
     check_rewards: bool = True
     result: BonusResult | None = field(default=None, init=False)
 

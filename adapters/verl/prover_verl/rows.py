@@ -27,19 +27,23 @@ turn_runs = mask_runs
 
 
 def resolve_rows(
-    rows: Sequence[str | RowTurns] | None, trajectories: Mapping[str, Trajectory], batch_size: int
-) -> list[RowTurns]:
+    rows: Sequence[str | RowTurns | None] | None, trajectories: Mapping[str, Trajectory], batch_size: int
+) -> list[RowTurns | None]:
     """One :class:`RowTurns` per batch row, with explicit turn indices; checks ids and coverage.
 
-    Every turn of every trajectory must lie in exactly one row, so each turn's bonus lands once.
+    Every turn of every trajectory must lie in exactly one row, so each turn's bonus lands once. A
+    ``None`` row holds no trajectory (verl's synthetic padding rows): it gets no bonus and no check.
     """
     if rows is None:
         rows = list(trajectories)
     if len(rows) != batch_size:
         raise RowAlignmentError(f"the batch has {batch_size} rows but the prover step describes {len(rows)}")
-    out: list[RowTurns] = []
+    out: list[RowTurns | None] = []
     seen: dict[str, list[int]] = {tid: [] for tid in trajectories}
     for i, row in enumerate(rows):
+        if row is None:
+            out.append(None)
+            continue
         spec = row if isinstance(row, RowTurns) else RowTurns(str(row))
         trajectory = trajectories.get(spec.trajectory_id)
         if trajectory is None:
@@ -63,7 +67,7 @@ def resolve_rows(
 
 
 def check_rows(
-    rows: Sequence[RowTurns],
+    rows: Sequence[RowTurns | None],
     trajectories: Mapping[str, Trajectory],
     index: Sequence[Any] | NDArray[Any],
     scores: NDArray[Any] | None,
@@ -73,6 +77,8 @@ def check_rows(
     if len(index) != len(rows):
         raise RowAlignmentError(f"index (uid) has {len(index)} entries for {len(rows)} rows")
     for i, row in enumerate(rows):
+        if row is None:
+            continue
         trajectory = trajectories[row.trajectory_id]
         if str(index[i]) != trajectory.group_id:
             raise RowAlignmentError(
@@ -115,7 +121,9 @@ def _row_spans(row: RowTurns, trajectory: Trajectory, mask_row: NDArray[Any], i:
     return runs
 
 
-def bonus_matrix(result: BonusResult, rows: Sequence[RowTurns], response_mask: NDArray[Any]) -> NDArray[np.float64]:
+def bonus_matrix(
+    result: BonusResult, rows: Sequence[RowTurns | None], response_mask: NDArray[Any]
+) -> NDArray[np.float64]:
     """``(B, T)`` bonus: row ``i`` gets ``turn_bonus[t]`` on the tokens of each of its turns ``t``.
 
     The caller multiplies by ``response_mask``; a non-zero bonus on a turn whose tokens are all
@@ -124,6 +132,8 @@ def bonus_matrix(result: BonusResult, rows: Sequence[RowTurns], response_mask: N
     mask = np.asarray(response_mask)
     out = np.zeros(mask.shape, dtype=np.float64)
     for i, row in enumerate(rows):
+        if row is None:
+            continue
         trajectory = result.trajectories[row.trajectory_id]
         per_turn = result.turn_bonus[row.trajectory_id]
         if not np.any(per_turn[list(row.turns or ())]):

@@ -1,0 +1,98 @@
+"""What the recording agent loop and ProVer's trainer share: the environment, the token protocol, the judge.
+
+Both sides must render observations to the same token ids, or a continuation would not start from the
+context the rollout saw. A run names one :class:`ProverSpec` subclass in its config
+(``+prover.spec=my_pkg.MySpec``); the agent loop (rollout workers) and the trainer (driver) each build
+it with ``(config, tokenizer)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from prover_core.config import ProverConfig
+from prover_core.engine import SamplingParams
+from prover_core.protocols import Judge
+from prover_core.restore import Env
+from prover_verl.errors import SetupError
+
+SPEC_KEY = "prover.spec"
+
+
+class ProverSpec(ABC):
+    """One environment family: how to build and reset it, render observations, parse actions, judge.
+
+    Subclasses implement :meth:`make_env` (a plain ``reset(spec) -> Step`` / ``step(action) -> Step``
+    environment, deterministic given its reset spec and actions: continuations restore it by replay),
+    :meth:`reset_spec` and :meth:`judge`; the rest has defaults.
+    """
+
+    max_turns: int = 8
+
+    def __init__(self, config: Any, tokenizer: Any) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+
+    @abstractmethod
+    def make_env(self) -> Env:
+        """A fresh environment (reset by the caller)."""
+
+    @abstractmethod
+    def reset_spec(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """``Trajectory.reset`` for a dataset row (the agent loop's ``run`` keyword arguments)."""
+
+    @abstractmethod
+    def judge(self) -> Judge:
+        """The judge that nominates segments (built once per trainer)."""
+
+    def prover_config(self) -> ProverConfig:
+        return ProverConfig()
+
+    def render_observation(self, observation: Any) -> list[int]:
+        """Token ids appended (response_mask 0) for an observation after an action."""
+        return [int(i) for i in self.tokenizer.encode(f"{observation}\n", add_special_tokens=False)]
+
+    def prompt_ids(self, sample: Mapping[str, Any], observation: Any) -> list[int]:
+        """The prompt: everything before the first action (default: the first observation rendered)."""
+        return self.render_observation(observation)
+
+    def parse_action(self, text: str) -> Any:
+        return text.strip()
+
+    def sampling(self) -> SamplingParams:
+        """Per-action sampling of continuations: the rollout's temperature and top_p, EOS as the stop."""
+        rollout = self.config.actor_rollout_ref.rollout
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return SamplingParams(
+            max_tokens=int(rollout.response_length),
+            temperature=float(rollout.temperature),
+            top_p=float(rollout.top_p),
+            stop_token_ids=() if eos is None else (int(eos),),
+            extra={"top_k": int(rollout.top_k)},
+        )
+
+
+def spec_class(config: Any) -> type[ProverSpec]:
+    """The :class:`ProverSpec` subclass named by ``prover.spec`` (a ``module.Class`` path)."""
+    from verl.utils.import_utils import load_class_from_fqn
+
+    section = config.get("prover", None) if hasattr(config, "get") else None
+    fqn = section.get("spec", None) if section is not None else None
+    if not fqn:
+        raise SetupError(
+            f"ProVer's agent loop and trainer need +{SPEC_KEY}=<module.Class of a ProverSpec> in the config"
+        )
+    try:
+        cls = load_class_from_fqn(str(fqn), "ProverSpec")
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SetupError(f"{SPEC_KEY}={fqn!r} cannot be loaded: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, ProverSpec)):
+        raise SetupError(f"{SPEC_KEY}={fqn!r} is not a ProverSpec subclass")
+    return cls
+
+
+def load_spec(config: Any, tokenizer: Any) -> ProverSpec:
+    """Build the :class:`ProverSpec` named by ``prover.spec`` with ``(config, tokenizer)``."""
+    return spec_class(config)(config, tokenizer)
