@@ -232,18 +232,21 @@ class EngineRegistry:
         return list(self.engines)
 
 
-_CREATED: list[Any] = []  # the creator's handle keeps a (non-detached) named actor alive for the job
+_CREATED: list[Any] = []  # the creating handle keeps a (non-detached) named actor alive: never drop it
 
 
 def registry(create: bool = False) -> Any:
-    """The named registry actor (created by the driver when ``create``; looked up otherwise)."""
+    """The named registry actor, looked up; created (by the driver, for the job's lifetime) if ``create``."""
     import ray
 
-    if create:
-        handle = ray.remote(num_cpus=0)(EngineRegistry).options(name=ENGINES_ACTOR_NAME, get_if_exists=True).remote()
-        _CREATED[:] = [handle]
-        return handle
-    return ray.get_actor(ENGINES_ACTOR_NAME)
+    try:
+        return ray.get_actor(ENGINES_ACTOR_NAME)
+    except ValueError:
+        if not create:
+            raise
+    handle = ray.remote(num_cpus=0)(EngineRegistry).options(name=ENGINES_ACTOR_NAME, get_if_exists=True).remote()
+    _CREATED.append(handle)
+    return handle
 
 
 def publish_engines(engines: Sequence[Any]) -> int:
