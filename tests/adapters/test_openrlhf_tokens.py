@@ -241,3 +241,20 @@ def test_engine_must_answer_for_the_ids_it_was_sent() -> None:
         asyncio.run(engines.generate([1, 2, 3], SamplingParams(seed=1)))
     with pytest.raises(ContinuationLimitError, match="no room under max_len=10"):
         asyncio.run(engines.generate(list(range(10)), SamplingParams(seed=1)))
+
+
+def test_sleeping_engines_are_woken_only_around_a_verification() -> None:
+    """With --vllm.enable_sleep: wake_up before compute_bonus, sleep after; neither when nothing can trigger."""
+    for rewards, expected in (([0.0, 0.0, 0.0, 0.0], []), ([0.0, 1.0, 0.0, 0.0], ["wake_up", "sleep"])):
+        engine = InProcessRolloutActor()
+        store = LocalRecordStore()
+        samples = recorded_rollout(engine, store)
+        for sample, reward in zip(samples, rewards, strict=True):
+            sample.rewards = torch.tensor([reward])
+        maker = maker_with_engine(engine, store)
+        maker.args.vllm.enable_sleep = True
+        calls: list[str] = []
+        maker.prover.policy.engine.call_all = lambda method, *a, calls=calls, **k: calls.append(method)
+        maker.compute_advantages_and_returns(prepared(maker, samples))
+        assert calls == expected
+        assert maker.last_report.groups[0].status == ("not_eligible" if not expected else "accepted")

@@ -104,7 +104,7 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         if plan.trajectories:
             if policy is not None:
                 record_tokens(policy, experiences, rows, plan.trajectories)
-            with self._engines_awake(policy):
+            with self._engines_awake(policy, any_mixed_group(plan.trajectories)):
                 result = compute_bonus(
                     plan.trajectories,
                     judge=setup.judge,
@@ -137,11 +137,14 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         logger.info(f"ProVer step {self.prover_step - 1}: {self.last_report.summary()}")
         return list(experiences)
 
-    def _engines_awake(self, policy: EnginePolicy | None) -> Any:
-        """OpenRLHF's engines awake during verification (a no-op unless they sleep: ``--vllm.enable_sleep``)."""
+    def _engines_awake(self, policy: EnginePolicy | None, needed: bool) -> Any:
+        """OpenRLHF's engines awake during verification (a no-op unless they sleep: ``--vllm.enable_sleep``).
+
+        Not woken when ``needed`` is false (no group mixes successes and failures: nothing to verify).
+        """
         engine = policy.engine if policy is not None else None
         sleeps = bool(getattr(getattr(self.args, "vllm", None), "enable_sleep", False))
-        if isinstance(engine, RolloutEngines):
+        if isinstance(engine, RolloutEngines) and needed:
             return engine.awake(sleep_after=sleeps)
         return nullcontext()
 
@@ -183,3 +186,11 @@ def record_tokens(
         length = int(exp.attention_mask[row.row].sum().item())
         ids = [int(i) for i in exp.sequences[row.row][:length].tolist()]
         policy.tokens.add(trajectory, ids[:1], ids[1:])
+
+
+def any_mixed_group(trajectories: list[Trajectory]) -> bool:
+    """Whether some group holds both a success and a failure (only such groups can trigger verification)."""
+    outcomes: dict[str, set[bool]] = {}
+    for t in trajectories:
+        outcomes.setdefault(t.group_id, set()).add(t.success)
+    return any(len(o) == 2 for o in outcomes.values())
