@@ -280,11 +280,12 @@ def test_rollout_engines_send_token_ids_seed_and_budget(cluster: Any) -> None:
     ray.get(cluster.log.take.remote())
     with engines.awake(sleep_after=True):
         assert not any(asleep(e) for e in cluster.engines)
+        ray.get(cluster.log.take.remote())  # drop the probes
         prompt = stand_in.char_ids("go\n")
         take = stand_in.char_ids(TAKE)
         g = asyncio.run(engines.generate(prompt, SamplingParams(max_tokens=3, seed=4)))  # even seed: "take key"
         assert g.token_ids == tuple(take[:3]) and g.text == "tak" and g.finish_reason == "length"
-        # a stop token (the space): generation ends with it
+        # a stop token (the space): generation ends with it; max_tokens = min(50, 20 - 3)
         g = asyncio.run(engines.generate(prompt, SamplingParams(max_tokens=50, seed=6, stop_token_ids=(take[4],))))
         assert g.token_ids == tuple(take[:5]) and g.text == "take " and g.finish_reason == "stop"
         # max_tokens is capped by the room left: 20 - 17 = 3
@@ -293,7 +294,7 @@ def test_rollout_engines_send_token_ids_seed_and_budget(cluster: Any) -> None:
         assert g.token_ids == tuple(stand_in.char_ids("ope"))
         with pytest.raises(ContinuationLimitError, match="no room"):
             asyncio.run(engines.generate(stand_in.char_ids("x" * 20), SamplingParams(seed=1)))
-    assert ray.get(cluster.log.take.remote()) == [(prompt, 4, 3), (prompt, 6, 50), (long_prompt, 3, 3)]
+    assert ray.get(cluster.log.take.remote()) == [(prompt, 4, 3), (prompt, 6, 17), (long_prompt, 3, 3)]
     assert all(asleep(e) for e in cluster.engines)
     assert sorted(engines.requests) == [1, 2]  # spread over both engines
     with pytest.raises(EngineError, match="sleeping"):
