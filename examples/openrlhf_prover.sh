@@ -4,11 +4,11 @@
 # sleep between phases and are woken for verification (--vllm.enable_sleep). NOT RUN HERE: it needs GPUs,
 # vLLM and flash-attn; the CPU tests run the same code paths on a stand-in vLLM (docs/adapters/openrlhf.md).
 #
-#   pip install 'prover-core[openrlhf]' vllm       # the versions OpenRLHF 0.11.2 pins
+#   pip install openrlhf==0.11.2 vllm && pip install . ./adapters/openrlhf   # vLLM: the version OpenRLHF pins
 #   bash examples/openrlhf_prover.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD:$PWD/adapters${PYTHONPATH:+:$PYTHONPATH}"  # examples.* and prover_openrlhf in every Ray worker
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # examples.openrlhf_keydoor importable in every Ray worker
 
 DATA=${DATA:-/tmp/prover_keydoor.jsonl}
 MODEL=${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}

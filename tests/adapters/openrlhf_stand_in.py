@@ -178,7 +178,7 @@ def worker_setup() -> None:
     """Ray's ``worker_process_setup_hook`` for these tests: the fake vLLM, flash-attn's Python files, ``install()``."""
     if FAKE_VLLM not in sys.path:
         sys.path.insert(0, FAKE_VLLM)
-    from prover_openrlhf.testing import _shell_package
+    from prover_openrlhf.cpu import _shell_package
 
     _shell_package("flash_attn")
     from prover_openrlhf.install import install

@@ -35,7 +35,7 @@ from tests.adapters import openrlhf_stand_in as stand_in  # noqa: E402
 if stand_in.FAKE_VLLM not in sys.path:
     sys.path.insert(0, stand_in.FAKE_VLLM)
 
-from prover_openrlhf.testing import import_openrlhf_on_cpu  # noqa: E402
+from prover_openrlhf.cpu import import_openrlhf_on_cpu  # noqa: E402
 
 import_openrlhf_on_cpu()
 
@@ -56,6 +56,7 @@ from prover_openrlhf.restore import AgentInstanceEnv  # noqa: E402
 
 STOCK = ProverExperienceMaker.__mro__[1]  # OpenRLHF's RemoteExperienceMaker, whatever install() rebinds
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ADAPTER_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__)))  # where prover_openrlhf lives
 AGENT_FILE = os.path.join(REPO, "tests", "adapters", "openrlhf_agent.py")
 MODEL = "tests.adapters.openrlhf_stand_in:key_door_model"
 N = 4  # n_samples_per_prompt
@@ -154,7 +155,7 @@ def cluster() -> Any:
     launch.start_ray(
         f"{__name__}:make_setup",
         hook="tests.adapters.openrlhf_stand_in.worker_setup",
-        env_vars={"PYTHONPATH": os.pathsep.join([REPO, os.path.join(REPO, "adapters"), stand_in.FAKE_VLLM])},
+        env_vars={"PYTHONPATH": os.pathsep.join([REPO, ADAPTER_ROOT, stand_in.FAKE_VLLM])},
         num_cpus=4,
         num_gpus=2,
         include_dashboard=False,

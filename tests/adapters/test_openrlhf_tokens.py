@@ -28,7 +28,7 @@ from tests.adapters import openrlhf_stand_in as stand_in  # noqa: E402
 if stand_in.FAKE_VLLM not in sys.path:
     sys.path.insert(0, stand_in.FAKE_VLLM)
 
-from prover_openrlhf.testing import import_openrlhf_on_cpu  # noqa: E402
+from prover_openrlhf.cpu import import_openrlhf_on_cpu  # noqa: E402
 
 import_openrlhf_on_cpu()
 
