@@ -28,6 +28,7 @@ from prover_openrlhf.prover_setup import SETUP_ENV, ProverSetup  # noqa: E402
 from prover_openrlhf.records import STORE_ACTOR_NAME, RayRecordStore, record_key  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ADAPTER_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__)))  # where prover_openrlhf lives
 
 
 def test_split_args_takes_the_setup_flag_and_keeps_openrlhf_args() -> None:
@@ -88,7 +89,7 @@ def ray_cluster() -> Any:
     store = launch.start_ray(
         f"{__name__}:make_setup",
         hook="prover_openrlhf.cpu.cpu_worker_setup",
-        env_vars={"PYTHONPATH": REPO},
+        env_vars={"PYTHONPATH": os.pathsep.join([REPO, ADAPTER_ROOT])},
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -6,6 +6,8 @@
   actor) build that class.
 * :class:`RecordingAgentExecutor`: the multi-turn executor for ``--train.agent_func_path`` that
   records what the restorable environment needs; :class:`AgentInstanceEnv` restores from it.
+* :func:`engine_policy`: continuations on OpenRLHF's own vLLM engines, token-exactly
+  (:class:`RolloutEngines`, :mod:`prover_openrlhf.engine`).
 
 OpenRLHF and torch are imported on first use of those names: ``import prover_openrlhf`` imports neither.
 """
@@ -24,6 +26,7 @@ from prover_openrlhf.records import EpisodeRecord, LocalRecordStore, RayRecordSt
 from prover_openrlhf.spans import ranges_to_mask_spans
 
 if TYPE_CHECKING:
+    from prover_openrlhf.engine import RolloutEngines, engine_policy
     from prover_openrlhf.experience_maker import ProverExperienceMaker
     from prover_openrlhf.install import install, uninstall
     from prover_openrlhf.recorder import RecordingAgentExecutor
@@ -39,6 +42,8 @@ _LAZY = {
     "uninstall": "prover_openrlhf.install",
     "RecordingAgentExecutor": "prover_openrlhf.recorder",
     "AgentInstanceEnv": "prover_openrlhf.restore",
+    "RolloutEngines": "prover_openrlhf.engine",
+    "engine_policy": "prover_openrlhf.engine",
 }
 
 
@@ -62,10 +67,12 @@ __all__ = [
     "RayRecordStore",
     "RecordStore",
     "RecordingAgentExecutor",
+    "RolloutEngines",
     "Row",
     "SetupError",
     "batch_rows",
     "build_trajectory",
+    "engine_policy",
     "install",
     "load_setup",
     "mask_runs",

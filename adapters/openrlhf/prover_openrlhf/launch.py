@@ -8,7 +8,10 @@ Runs OpenRLHF's own PPO entry point (``openrlhf.cli.train_ppo_ray``) after
    own ``ray.init`` when Ray is already up, so it keeps these settings;
 2. passing ``PROVER_OPENRLHF_SETUP`` (the factory of the :class:`~prover_openrlhf.ProverSetup`) and
    OpenRLHF's default environment variables to every worker;
-3. creating the job-wide record store the recording executor writes to.
+3. creating the job-wide record store the recording executor writes to, and the registry of the vLLM
+   engine handles (:mod:`prover_openrlhf.engine`);
+4. wrapping OpenRLHF's ``create_vllm_engines`` so that the engines it creates are published to that
+   registry, where the experience maker (in the trainer actor) finds them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from prover_openrlhf.engine import publish_on_create, registry
 from prover_openrlhf.install import WORKER_SETUP_HOOK
 from prover_openrlhf.prover_setup import SETUP_ENV
 from prover_openrlhf.records import RayRecordStore
@@ -73,7 +77,7 @@ def start_ray(
     env_vars: Mapping[str, str] | None = None,
     **init_kwargs: Any,
 ) -> RayRecordStore:
-    """Install in this process, start Ray with :func:`runtime_env`, create the record store."""
+    """Install in this process, start Ray with :func:`runtime_env`, create the record store and engine registry."""
     import ray
 
     if ray.is_initialized():
@@ -85,6 +89,7 @@ def start_ray(
     ray.init(runtime_env=runtime_env(setup, hook, env_vars), **init_kwargs)
     store = RayRecordStore()
     _ = store.actor  # created by the driver, so it lives as long as the job
+    registry(create=True)  # likewise
     return store
 
 
@@ -94,6 +99,7 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], Any] | No
     if not (setup or os.environ.get(SETUP_ENV)):
         raise SystemExit(f"give {SETUP_FLAG} package.module:factory (or set {SETUP_ENV})")
     start_ray(setup)
+    publish_on_create()
     if run is not None:
         return run(rest)
     sys.argv = [OPENRLHF_ENTRY, *rest]
