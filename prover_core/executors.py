@@ -296,7 +296,7 @@ class RayExecutor:
         if num_workers < 1:
             raise ValueError("num_workers must be >= 1")
         for name, factory in (
-            ("make_env", make_env),
+            ("make_restorable_env", make_restorable_env),
             ("make_policy", make_policy),
             ("make_continue_from", make_continue_from),
         ):

@@ -12,7 +12,8 @@ from prover_core import DivergenceJudge, compute_bonus
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.errors import ProtocolError, ResourceError
 from prover_core.executors import RayExecutor
-from tests.verify_support import BATCH, make_env
+from tests.verify_support import BATCH
+from tests.verify_support import make_restorable_env as make_env
 
 ray = pytest.importorskip("ray")
 
@@ -56,5 +57,5 @@ def test_more_ray_workers_than_cpus_is_refused(ray_cluster: None) -> None:
     cpus = ray.cluster_resources()["CPU"]
     with pytest.raises(ResourceError, match="CPUs"):
         RayExecutor(make_env, vault_policy, num_workers=int(cpus) + 1)
-    with pytest.raises(ProtocolError, match="make_env"):
+    with pytest.raises(ProtocolError, match="make_restorable_env"):
         RayExecutor("not a factory", vault_policy)  # type: ignore[arg-type]
