@@ -53,7 +53,7 @@ class ProverConfig(BaseModel):
     """*library*: most continuations per boundary under adaptive sampling (default: ceil(1.5 k), 12 for k = 8)."""
     continuation_timeout_s: float | None = Field(default=None, gt=0.0)
     """*library*: wall-time limit of one continuation; one that runs longer counts as failed to finish."""
-    judge_timeout_s: float | None = Field(600.0, gt=0.0)
+    judge_timeout_s: float | None = Field(default=600.0, gt=0.0)
     """*library*: wall-time limit of one judge call; a judge that takes longer skips its group ("judge timed
     out"). Synchronous judges run in threads (concurrently); a blocked one is abandoned, not killed."""
     paired_seeds: bool = True
