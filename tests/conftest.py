@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 from hypothesis import settings
@@ -40,3 +40,15 @@ def group_one_success() -> list[Trajectory]:
     return [make_trajectory("t0", "g", True, ["a", "b", "c", "d"])] + [
         make_trajectory(f"t{i}", "g", False, ["a", "x", "c", "d", "e"]) for i in range(1, 4)
     ]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """A real local Ray with 2 CPUs, started once per test module (reused if another test started one)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,17 +18,6 @@ from prover_core.executors import RayExecutor
 from tests.verify_support import BATCH, Forever, make_restorable_env, plain, same_bonus
 
 ray = pytest.importorskip("ray")
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    """A real local Ray with 2 CPUs, started once for this module (reused if another test started one)."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 @pytest.mark.parametrize("sampling", ["fixed", "adaptive"])

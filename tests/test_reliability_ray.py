@@ -3,7 +3,6 @@ A real local Ray with 2 CPUs; one light worker per test. Skipped without Ray (ex
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,16 +15,6 @@ from tests.verify_support import BATCH
 from tests.verify_support import make_restorable_env as make_env
 
 ray = pytest.importorskip("ray")
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def plain_env() -> MDPEnv:
