@@ -57,8 +57,10 @@ def test_request_carries_token_ids_and_sampling_and_the_ids_come_back_exactly() 
             temperature=0.7,
             top_p=0.9,
             seed=1234,
+            top_k=5,
+            min_p=0.05,
             stop_token_ids=(99,),
-            extra={"top_k": 5},
+            extra={"ignore_eos": False},
         )
     assert g == Generation((13, 14), text="<13><14>", logprobs=None, finish_reason="length")
     (body,) = server.requests
@@ -68,13 +70,42 @@ def test_request_carries_token_ids_and_sampling_and_the_ids_come_back_exactly() 
         "max_tokens": 8,
         "temperature": 0.7,
         "top_p": 0.9,
+        "top_k": 5,
+        "min_p": 0.05,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
         "n": 1,
         "stream": False,
         "return_token_ids": True,
         "seed": 1234,
         "stop_token_ids": [99],
-        "top_k": 5,
+        "ignore_eos": False,
     }
+
+
+@pytest.mark.parametrize("field", ["top_k", "min_p", "repetition_penalty", "temperature", "seed"])
+def test_extra_may_not_override_a_sampling_field(field: str) -> None:
+    """Every field of the distribution is the engine's own: a clash is refused before anything is sent."""
+    engine = OpenAICompletionsEngine("http://127.0.0.1:9/v1", "m")
+    with pytest.raises(ValueError, match=field):
+        engine.payload([1], SamplingParams(extra={field: 1}))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"top_k": -1},
+        {"min_p": 1.5},
+        {"repetition_penalty": 0.0},
+        {"temperature": float("nan")},
+        {"top_p": float("inf")},
+        {"presence_penalty": float("nan")},
+    ],
+)
+def test_sampling_params_refuse_values_no_engine_means(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        SamplingParams(**bad)
 
 
 def test_a_stop_token_ends_the_generation_and_numpy_ids_are_sent_as_ints() -> None:

@@ -1,10 +1,11 @@
 """A :class:`~prover_core.engine.TokenEngine` over an OpenAI-compatible ``/v1/completions`` endpoint.
 
 Token ids in, token ids out, for servers that take a list of ids as ``prompt`` (vLLM, SGLang). Each
-call POSTs ``{"model", "prompt": ids, "max_tokens", "temperature", "top_p", "seed", "stop_token_ids",
-"n": 1, "stream": false, "return_token_ids": true}`` plus ``SamplingParams.extra``; with
-``logprobs=True`` also ``"logprobs": 0, "return_tokens_as_token_ids": true``. The generated ids are read
-back exactly, never re-tokenised from text:
+call POSTs ``{"model", "prompt": ids, "max_tokens", "seed", "stop_token_ids", "n": 1, "stream": false,
+"return_token_ids": true}`` and every field of ``SamplingParams.distribution()`` (temperature, top_p,
+top_k, min_p, repetition/presence/frequency penalties: nothing is left to the server's defaults), then
+``SamplingParams.extra``; with ``logprobs=True`` also ``"logprobs": 0, "return_tokens_as_token_ids":
+true``. The generated ids are read back exactly, never re-tokenised from text:
 
 * ``choices[0].token_ids``: vLLM >= 0.10.2 (``CompletionRequest.return_token_ids`` and
   ``CompletionResponseChoice.token_ids`` in ``vllm/entrypoints/openai/completion/protocol.py``) and
@@ -49,7 +50,7 @@ from prover_core.judges.llm_client import parse_retry_after
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _RESERVED = frozenset(
-    {"model", "prompt", "n", "stream", "max_tokens", "temperature", "top_p", "seed", "stop_token_ids"}
+    {"model", "prompt", "n", "stream", "max_tokens", "seed", "stop_token_ids", *SamplingParams().distribution()}
     | {"return_token_ids", "logprobs", "return_tokens_as_token_ids"}
 )
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
@@ -270,8 +271,7 @@ class OpenAICompletionsEngine:
             "model": self.model,
             "prompt": [int(i) for i in prompt_ids],
             "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
+            **params.distribution(),
             "n": 1,
             "stream": False,
             "return_token_ids": True,
