@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from prover_core._finite import FINITE
+
 Mode = Literal["structured", "agentic"]
 ResponseFormat = Literal["json_schema", "json_object", "none"]
 
@@ -36,7 +38,7 @@ RESERVED_BODY_KEYS = frozenset(
 class LLMJudgeConfig(BaseModel):
     """Configuration of :class:`~prover_core.judges.llm.LLMJudge` (an OpenAI-compatible chat server)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", **FINITE)
 
     # Where.
     base_url: str = Field(min_length=1)
@@ -95,7 +97,9 @@ class LLMJudgeConfig(BaseModel):
 
     # Transport.
     timeout_s: float = Field(default=120.0, gt=0.0)
-    """Read/write timeout of one request."""
+    """Wall-time limit of one request (one attempt), from sending it to its last byte: a server that
+    trickles its answer is cut off too (and the attempt retried as a timeout). The blocking
+    ``propose_sync`` checks it between received chunks (a stalled read is cut at ``timeout_s`` more)."""
     connect_timeout_s: float = Field(default=10.0, gt=0.0)
     max_concurrency: int = Field(default=16, ge=1)
     """Requests in flight at once (and the size of the connection pool)."""
