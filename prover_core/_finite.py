@@ -4,8 +4,9 @@ NaN and infinity pass every ``gt``/``ge`` bound check (``nan > 0`` is false, but
 and then do harm far from where they were set: ``lam=inf`` makes an infinite bonus, ``std_eps=inf``
 zeroes every advantage, an engine's ``backoff_s=nan`` sleeps forever. pydantic refuses them with
 ``allow_inf_nan=False``: models set :data:`FINITE` in their ``model_config``, plain constructors
-validate their arguments with :func:`finite_arguments`. The error is pydantic's ``ValidationError``
-(a ``ValueError``) naming the field: "Input should be a finite number".
+validate their arguments with :func:`finite_arguments` (or some of them with :func:`check_finite`).
+The error is pydantic's ``ValidationError`` (a ``ValueError``) naming the field: "Input should be a
+finite number".
 """
 
 from __future__ import annotations
@@ -24,3 +25,8 @@ FINITE = ConfigDict(allow_inf_nan=False)
 def finite_arguments(fn: F) -> F:
     """``fn`` with its annotated arguments validated by pydantic, floats finite (objects checked by ``isinstance``)."""
     return validate_call(config=ConfigDict(allow_inf_nan=False, arbitrary_types_allowed=True))(fn)
+
+
+@validate_call(config=FINITE)
+def check_finite(**values: float | None) -> None:
+    """Raise pydantic's ``ValidationError`` naming each of ``values`` that is NaN or infinite (``None`` passes)."""

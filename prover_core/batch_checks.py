@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -50,9 +51,12 @@ def _empty(value: Any) -> bool:
     """Known to render as nothing: ``None`` or an empty string, sequence or mapping."""
     if value is None:
         return True
-    if isinstance(value, str | bytes | list | tuple | dict | np.ndarray):
+    if isinstance(value, _SIZED):
         return len(value) == 0
-    return False
+    return isinstance(value, np.ndarray) and value.size == 0
+
+
+_SIZED = (str, bytes, list, tuple, dict)
 
 
 def check_token_spans(
@@ -63,25 +67,28 @@ def check_token_spans(
     """Turns whose advantage reaches fewer tokens than it should (see the module docstring)."""
     suspect = empty_actions = lost = gaps = 0
     for t in trajectories:
-        per_turn = advantages[t.id] + turn_bonus[t.id]
-        for i, turn in enumerate(t.turns):
-            span = turn.token_span
-            if span is None:
-                continue
-            flagged = False
-            if span[0] == span[1]:
-                if not _empty(turn.action):
-                    empty_actions += 1
-                    flagged = True
-                if per_turn[i] != 0.0:
-                    lost += 1
-                    flagged = True
-            if i + 1 < t.num_turns:
-                after = t.turns[i + 1]
-                if after.token_span is not None and after.token_span[0] > span[1] and _empty(after.observation):
-                    gaps += 1
-                    flagged = True
-            suspect += flagged
+        turns = t.turns
+        spans = [turn.token_span for turn in turns]
+        if any(span is None for span in spans):  # rare: check only the turns that have spans, one by one
+            has = [i for i, span in enumerate(spans) if span is not None]
+        else:
+            has = list(range(len(spans)))
+        if not has:
+            continue
+        bounds = np.array([spans[i] for i in has]).reshape(-1, 2)
+        per_turn = (advantages[t.id] + turn_bonus[t.id])[has]
+        empty = bounds[:, 0] == bounds[:, 1]
+        acted = np.zeros(len(has), dtype=bool)
+        for j in np.flatnonzero(empty).tolist():
+            acted[j] = not _empty(turns[has[j]].action)
+        nonzero = empty & (per_turn != 0.0)
+        # a gap before the next turn's span that nothing fills: the observation between them is empty
+        unfilled = [b == a + 1 and _empty(turns[b].observation) for a, b in pairwise(has)]
+        gap = np.append((bounds[1:, 0] > bounds[:-1, 1]) & np.array(unfilled, dtype=bool), False)
+        empty_actions += int(acted.sum())
+        lost += int(nonzero.sum())
+        gaps += int(gap.sum())
+        suspect += int((acted | nonzero | gap).sum())
     if not suspect:
         return None
     return BatchWarning(

@@ -182,6 +182,9 @@ NAN, INF = math.nan, math.inf
         lambda: OpenAICompletionsEngine("http://127.0.0.1:1/v1", "m", timeout_s=NAN),
         lambda: OpenAICompletionsEngine("http://127.0.0.1:1/v1", "m", connect_timeout_s=NAN),
         lambda: OpenAICompletionsEngine("http://127.0.0.1:1/v1", "m", max_wait_s=INF),
+        lambda: EnginePolicy(
+            BlockingEngine(threading.Event()), es.store_of([]), render_observation=es.render, timeout_s=NAN
+        ),
         lambda: LLMJudgeConfig(base_url="http://127.0.0.1:1/v1", model="m", timeout_s=INF),
         lambda: LLMJudgeConfig(base_url="http://127.0.0.1:1/v1", model="m", backoff_max_s=INF),
     ],
@@ -195,6 +198,7 @@ NAN, INF = math.nan, math.inf
         "engine-timeout-nan",
         "engine-connect-nan",
         "engine-max_wait-inf",
+        "engine-policy-timeout-nan",
         "judge-timeout-inf",
         "judge-backoff_max-inf",
     ],

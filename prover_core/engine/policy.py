@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from prover_core._aio import call_user
+from prover_core._finite import check_finite
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenStore
 from prover_core.errors import EngineError, EngineTimeoutError
@@ -77,6 +78,7 @@ class EnginePolicy:
             raise TypeError(f"engine must have a generate(prompt_ids, params) method, got {type(engine).__name__}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        check_finite(timeout_s=timeout_s)
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.engine = engine
