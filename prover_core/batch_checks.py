@@ -34,7 +34,9 @@ from pydantic import BaseModel, ConfigDict
 from prover_core.data import Trajectory, json_plain
 
 WarningKind = Literal["token_spans", "groups_of_one", "one_group"]
+"""What a :class:`BatchWarning` is about (see the module docstring)."""
 WARNING_KINDS: tuple[WarningKind, ...] = ("token_spans", "groups_of_one", "one_group")
+"""Every kind of :class:`BatchWarning`; ``Report.metrics()`` has ``batch_warnings/<kind>`` for each (0 if none)."""
 
 
 class BatchWarning(BaseModel):
@@ -147,3 +149,6 @@ def check_groups(groups: Mapping[str, Sequence[Trajectory]]) -> list[BatchWarnin
                 )
             )
     return out
+
+
+__all__ = ["WARNING_KINDS", "BatchWarning", "WarningKind", "check_groups", "check_token_spans"]

@@ -250,16 +250,16 @@ def test_the_judge_timeout_bounds_a_request_whose_answer_trickles() -> None:
     trickle = answer(1, 1)
     trickle.trickle_s = 0.05  # ~300 bytes: ~15 s in all, never 1 s without a byte
     with ChatServer([trickle]) as server:
-        judge = LLMJudge.from_url(server.url, "m", timeout_s=1.0, max_attempts=1, connect_timeout_s=2.0)
+        judge = LLMJudge.from_url(server.url, "m", timeout_s=1.0, max_attempts=1, connect_timeout_s=1.0)
         group = make_group()
         started = time.monotonic()
-        with pytest.raises(JudgeError, match=r"timed out.*longer than 1 s"):
+        with pytest.raises(JudgeError, match=r"timed out.*longer than connect_timeout_s \+ timeout_s = 2 s"):
             asyncio.run(judge.propose(group[0], group[1:], SegmentRules(max_turns=2)))
         assert time.monotonic() - started < 5.0
         started = time.monotonic()
-        with pytest.raises(JudgeError, match=r"timed out.*longer than 1 s"):
+        with pytest.raises(JudgeError, match=r"timed out.*longer than connect_timeout_s \+ timeout_s = 2 s"):
             judge.propose_sync(group[0], group[1:], SegmentRules(max_turns=2))
-        assert time.monotonic() - started < 5.0  # checked between chunks: at most 2 x timeout_s
+        assert time.monotonic() - started < 6.0  # checked between chunks
 
 
 # --- 6. a BaseException that is not an Exception, on a worker thread --------------------------------------

@@ -97,9 +97,10 @@ class LLMJudgeConfig(BaseModel):
 
     # Transport.
     timeout_s: float = Field(default=120.0, gt=0.0)
-    """Wall-time limit of one request (one attempt), from sending it to its last byte: a server that
-    trickles its answer is cut off too (and the attempt retried as a timeout). The blocking
-    ``propose_sync`` checks it between received chunks (a stalled read is cut at ``timeout_s`` more)."""
+    """Read/write timeout of one request, and with ``connect_timeout_s`` the limit of the whole request: an
+    attempt never lasts longer than ``connect_timeout_s + timeout_s``, however slowly the server trickles its
+    answer (it is then retried as a timeout). The blocking ``propose_sync`` checks that limit between received
+    chunks, so a read stalled just before it ends at most ``timeout_s`` later."""
     connect_timeout_s: float = Field(default=10.0, gt=0.0)
     max_concurrency: int = Field(default=16, ge=1)
     """Requests in flight at once (and the size of the connection pool)."""
