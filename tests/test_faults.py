@@ -131,7 +131,7 @@ def test_one_hanging_continuation_does_not_poison_a_threaded_local_executor(gate
             gate.wait(BLOCK_S)
         return True
 
-    executor = LocalExecutor(continue_from=hook, threads=2, timeout_s=0.3)
+    executor = LocalExecutor(continue_from=hook, threads=2, timeout_s=1.0)  # ample for the healthy ones
 
     async def go() -> tuple[list[Any], list[Any]]:
         stuck = await asyncio.gather(*(executor(hang, 1, s) for s in range(2)), return_exceptions=True)
