@@ -39,7 +39,12 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
     The awaiting task can time out while ``fn`` blocks: the thread is then abandoned (it cannot be
     killed), runs on until ``fn`` returns, and its result is dropped. Being a daemon it does not
-    keep the interpreter alive.
+    keep the interpreter alive, and no executor waits for it: not ``asyncio.run`` (which joins the
+    loop's default executor, so ``asyncio.to_thread`` would hold the caller's loop until ``fn``
+    returns, and fill that executor's few threads) nor the interpreter at exit. Every blocking call
+    of user code under a time limit goes through here. A ``BaseException`` that is not an
+    ``Exception`` (``KeyboardInterrupt``, ``SystemExit``, a user's own) raised by ``fn`` reaches the
+    caller as a ``RuntimeError`` (:func:`escaped`) instead of silently ending the thread.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
@@ -51,13 +56,24 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     def work() -> None:
         try:
             ok, value = True, fn(*args)
-        except Exception as exc:
-            ok, value = False, exc
+        except BaseException as exc:  # whatever ends the thread must reach the caller
+            ok, value = False, exc if isinstance(exc, Exception) else escaped(exc)
         with contextlib.suppress(RuntimeError):  # the loop closed: the caller gave up long ago
             loop.call_soon_threadsafe(settle, ok, value)
 
     threading.Thread(target=work, name="prover-user-code", daemon=True).start()
     return await resolve(await future)
+
+
+def escaped(error: BaseException) -> RuntimeError:
+    """A ``RuntimeError`` carrying ``error``, a ``BaseException`` raised by user code in a worker thread.
+
+    Re-raised as it is, ``KeyboardInterrupt`` or ``SystemExit`` would stop the caller's event loop; lost,
+    the caller would wait out its time limit and record a timeout that never happened.
+    """
+    wrapped = RuntimeError(f"user code raised {type(error).__name__} in a worker thread: {error}")
+    wrapped.__cause__ = error
+    return wrapped
 
 
 async def call_user(fn: Callable[..., Any], *args: Any, threaded: bool) -> Any:

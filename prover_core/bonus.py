@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from prover_core._aio import run_sync
+from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
 from prover_core.config import ProverConfig
 from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Trajectory
@@ -307,8 +308,10 @@ async def acompute_bonus(
             turn_bonus[credit[0]] = credit[1]
 
     _warn_if_all_skipped([records[gid] for gid, _ in eligible])
+    mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus)
     stats = getattr(judge, "stats", None)
     report = Report(
+        batch_warnings=mistakes,
         groups=[records[gid] for gid in groups],
         judge_calls=len(eligible),
         rollout_turns=sum(t.num_turns for t in everyone),
@@ -332,6 +335,22 @@ def _summary(report: Report, seconds: float) -> str:
         f"{counts['skipped']} skipped; {m['continuations']:.0f} continuations, {m['policy_turns']:.0f} policy turns "
         f"(+{100 * m['extra_turn_share']:.1f}% of the rollout's {report.rollout_turns}); {seconds:.2f} s"
     )
+
+
+def _batch_warnings(
+    groups: Mapping[str, Sequence[Trajectory]],
+    everyone: Sequence[Trajectory],
+    advantages: Mapping[str, float],
+    turn_bonus: Mapping[str, NDArray[np.float64]],
+) -> list[BatchWarning]:
+    """Batch shapes and token spans that cannot be meant (:mod:`prover_core.batch_checks`), each logged once."""
+    found = check_groups(groups)
+    spans = check_token_spans(everyone, advantages, turn_bonus)
+    if spans is not None:
+        found.append(spans)
+    for warning in found:
+        logger.warning("%s (Report.batch_warnings, metric batch_warnings/%s)", warning.message, warning.kind)
+    return found
 
 
 def _warn_if_all_skipped(eligible: list[GroupRecord]) -> None:

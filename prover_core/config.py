@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from prover_core._finite import FINITE
 from prover_core.data import SegmentRules
 
 
@@ -18,7 +19,7 @@ class ProverConfig(BaseModel):
     at their defaults.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", **FINITE)
 
     # Trigger: a group is eligible iff trigger_low < success rate < trigger_high (strict).
     trigger_low: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -62,7 +63,9 @@ class ProverConfig(BaseModel):
     """*library*: with paired seeds, continuations draw in order ("sequential") or keyed by absolute turn ("turn",
     prover_core/pairing.py: needs an env whose restored episodes expose .env.reseed)."""
     seed: int = 0
-    """*library*: root of every continuation seed, so a step's verification is reproducible."""
+    """*library*: root of every continuation seed. Each trajectory's seeds also derive from its id and a digest
+    of its content (reset spec, observations, actions): the same batch gets the same seeds (reproducible), and
+    one config reused every step of a training loop still gives each step's new episodes new seeds."""
     max_continuation_turns: int = Field(default=100, ge=1)
     """*library*: a continuation still running after this many turns is counted as failed to finish."""
     min_finished: int | None = Field(default=None, ge=1)

@@ -2,7 +2,7 @@
 (``async (trajectory, turn, seed) -> Outcome``), handed to ``compute_bonus(..., executor=...)``.
 
 * :class:`LocalExecutor` (in process): runs ``env`` + ``policy`` (or a ``continue_from`` hook) on the
-  event loop, or with ``threads=N`` in a pool of ``N`` threads so that blocking environments overlap.
+  event loop, or with ``threads=N`` in up to ``N`` daemon threads so that blocking environments overlap.
 * :class:`RayExecutor` (``pip install 'prover-core[ray]'``): a pool of Ray actors, each building and
   holding its own environment and policy from picklable factories. The restore state travels in one
   of two forms, each put in Ray's object store once: a replay spec (the recorded
@@ -35,10 +35,10 @@ import pickle
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from prover_core._aio import in_thread
 from prover_core.data import Outcome, Trajectory
 from prover_core.errors import (
     ContinuationError,
@@ -105,9 +105,12 @@ class LocalExecutor:
 
     ``threads=0`` (default) awaits each continuation on the caller's event loop (right for async
     policies and environments, which then overlap); ``threads=N`` runs each one to completion on its
-    own event loop in one of ``N`` threads, so that blocking ``step`` calls overlap. ``timeout_s``
-    bounds each continuation's wall time; with ``threads=0`` it makes synchronous user code run in
-    threads of its own so that the limit holds while it blocks (a blocked thread is abandoned).
+    own event loop in a daemon thread of its own, at most ``N`` at once, so that blocking ``step``
+    calls overlap. ``timeout_s`` bounds each continuation's wall time once it has started (not its
+    wait for a free thread); with ``threads=0`` it makes synchronous user code run in threads of its
+    own so that the limit holds while it blocks. A continuation past its limit is abandoned: its
+    thread runs on (a daemon: it never keeps the interpreter from exiting) and no longer counts
+    against ``N``, so one hanging environment cannot starve the continuations after it.
     """
 
     def __init__(
@@ -125,30 +128,36 @@ class LocalExecutor:
         threaded = timeout_s is not None and not threads
         self._continuer = _make_continuer(env, policy, continue_from, max_turns, threaded)
         self.timeout_s = timeout_s
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="prover") if threads else None
+        self.threads = threads
+        self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._closed = False
 
-    def _in_thread(self, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
-        return _run_to_end(self._continuer, trajectory, turn, seed)
+    def _slot(self) -> asyncio.Semaphore:
+        """This event loop's limit of ``threads`` continuations in flight (one loop at a time)."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._slots:
+            self._slots = {loop: asyncio.Semaphore(self.threads)}
+        return self._slots[loop]
 
     async def __call__(self, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
-        if self._pool is None:
-            call: Any = self._continuer(trajectory, turn, seed)
-        else:
-            future = self._pool.submit(self._in_thread, trajectory, turn, seed)
-            call = asyncio.wrap_future(future)
+        if self._closed:
+            raise UsageError("this LocalExecutor was shut down; make a new one")
+        if not self.threads:
+            return await self._limited(self._continuer(trajectory, turn, seed))
+        async with self._slot():
+            return await self._limited(in_thread(_run_to_end, self._continuer, trajectory, turn, seed))
+
+    async def _limited(self, call: Awaitable[Outcome]) -> Outcome:
         if self.timeout_s is None:
-            result: Outcome = await call
-            return result
+            return await call
         try:
-            outcome: Outcome = await asyncio.wait_for(call, self.timeout_s)
-            return outcome
+            return await asyncio.wait_for(call, self.timeout_s)
         except asyncio.TimeoutError as exc:
             raise ContinuationTimeoutError(f"continuation ran past {self.timeout_s} s of wall time") from exc
 
     def shutdown(self) -> None:
-        """Stop the thread pool (running continuations finish; nothing new starts)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        """Refuse new continuations (running ones finish, or are abandoned at their time limit)."""
+        self._closed = True
 
 
 class _Restored:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prover_core.batch_checks import WARNING_KINDS, BatchWarning
 from prover_core.data import Proposal, Verification
 
 Status = Literal["not_eligible", "declined", "skipped", "rejected", "accepted"]
@@ -79,6 +80,8 @@ class Report(BaseModel):
     """Trajectories in the batch (the GRPO rollout's episodes)."""
     judge_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the judge reports about itself (``judge.stats()``), e.g. tokens and retries."""
+    batch_warnings: list[BatchWarning] = Field(default_factory=list)
+    """Batch shapes and token spans that cannot be meant (:mod:`prover_core.batch_checks`), each logged once."""
 
     def count(self, *statuses: Status) -> int:
         return sum(g.status in statuses for g in self.groups)
@@ -156,6 +159,8 @@ class Report(BaseModel):
                     ),
                 }
             )
+        warned = {w.kind: w.count for w in self.batch_warnings}
+        out.update({f"batch_warnings/{kind}": warned.get(kind, 0) for kind in WARNING_KINDS})
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
         out["judge/propose_calls"] = self.judge_calls
         return {prefix + k: float(v) for k, v in out.items()}

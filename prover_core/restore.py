@@ -16,7 +16,8 @@ the policy's differs): a stochastic one then biases ``Delta``. ``missing_reseed`
 declares itself with a no-op ``reseed``.
 
 Observations are compared by :func:`observations_equal`: equal, or equal once both are in the form
-JSON gives them (tuples and arrays as lists), so a trajectory loaded from JSON still replays.
+JSON gives them (tuples and arrays as lists), so a trajectory loaded from JSON still replays; a NaN
+matches a NaN there (``nan != nan`` would fail every replay of an observation holding one).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import math
 import pickle
 import threading
 from collections import OrderedDict
@@ -77,9 +79,20 @@ def observations_equal(expected: Any, got: Any) -> bool:
     except Exception:  # objects whose == raises
         pass
     try:
-        return bool(json_plain(expected) == json_plain(got))
+        return _same(json_plain(expected), json_plain(got))
     except TypeError:
         return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality of JSON-plain values in which NaN equals NaN: replay reproduces a NaN, it cannot equal it."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
 
 
 def describe_difference(expected: Any, got: Any, limit: int = 40) -> str:
@@ -129,7 +142,10 @@ class ReplayEnv:
         """``env.reseed(seed)``; an environment without it is warned about or refused (``missing_reseed``)."""
         reseed = getattr(env, "reseed", None)
         if reseed is not None:
-            reseed(seed)
+            try:
+                reseed(seed)
+            except Exception as exc:
+                raise RestoreError(f"{type(env).__name__}.reseed({seed}) raised {type(exc).__name__}: {exc}") from exc
             return
         message = (
             f"{type(env).__name__} has no reseed(seed): every continuation from one restored state gets the "

@@ -24,7 +24,10 @@ async code bound to another event loop) are raised, never counted.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
+import json
+import pickle
 import zlib
 from collections.abc import Awaitable, Callable
 
@@ -33,19 +36,20 @@ import numpy as np
 from prover_core._aio import call_user, in_thread, loop_mismatch
 from prover_core.acceptance import AcceptanceRule
 from prover_core.config import ProverConfig
-from prover_core.data import Outcome, Segment, Trajectory, Turn, Verification
+from prover_core.data import Outcome, Segment, Trajectory, Turn, Verification, json_plain
 from prover_core.errors import (
     ContinuationError,
     ContinuationLimitError,
     ContinuationTimeoutError,
     EventLoopError,
     InvalidOutcomeError,
+    ProtocolError,
     ProverError,
     RestoreError,
     UsageError,
     WorkerLostError,
 )
-from prover_core.protocols import ContinueFn, Policy, PolicyContext, RestorableEnv, policy_rng
+from prover_core.protocols import ContinueFn, Episode, Policy, PolicyContext, RestorableEnv, policy_rng
 from prover_core.report import Direction, FailureKind, VerifyStats
 from prover_core.sequential import SequentialState, SequentialTest
 
@@ -54,19 +58,43 @@ Continuer = Callable[[Trajectory, int, int], Awaitable[Outcome]]
 
 
 def continuation_seeds(
-    config: ProverConfig, trajectory_id: str, count: int | None = None
+    config: ProverConfig, trajectory: Trajectory | str, count: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Seeds of ``count`` (default K) pre and post continuations; equal pairwise when ``paired_seeds``.
 
-    Derived from ``config.seed`` and the trajectory id only (stable across processes and runs). The
-    pre seeds of a longer list start with those of a shorter one, so adaptive sampling's first K
-    pre continuations are the fixed-K ones.
+    Derived from ``config.seed``, the trajectory id and, given a :class:`Trajectory`, a digest of its
+    content (reset spec, observations, actions): stable across processes and runs, so the same batch
+    gets the same seeds, while each training step's new episodes get new ones even when ``config.seed``
+    and the ids repeat (a ``ProverConfig`` built once and reused every step). Content that does not
+    pickle falls back to the id alone. The pre seeds of a longer list start with those of a shorter
+    one, so adaptive sampling's first K pre continuations are the fixed-K ones.
     """
     n = config.k if count is None else count
-    root = np.random.SeedSequence([config.seed, zlib.crc32(trajectory_id.encode())])
-    seeds = root.generate_state(2 * n, dtype=np.uint32).tolist()
+    trajectory_id = trajectory if isinstance(trajectory, str) else trajectory.id
+    words = [config.seed, zlib.crc32(trajectory_id.encode())]
+    if not isinstance(trajectory, str):
+        words += _content_words(trajectory)
+    seeds = np.random.SeedSequence(words).generate_state(2 * n, dtype=np.uint32).tolist()
     pre = seeds[:n]
     return pre, (pre if config.paired_seeds else seeds[n:])
+
+
+def _content_words(trajectory: Trajectory) -> list[int]:
+    """Four 32-bit words of a SHA-256 of the trajectory's reset spec, observations and actions.
+
+    Hashed in their JSON form (so a trajectory loaded back from JSON gets the same seeds), else
+    pickled; ``[]`` when neither works.
+    """
+    content = (trajectory.reset, [(turn.observation, turn.action) for turn in trajectory.turns])
+    try:
+        blob = json.dumps(json_plain(content), sort_keys=True).encode()
+    except (TypeError, ValueError):
+        try:
+            blob = pickle.dumps(content, protocol=5)
+        except Exception:
+            return []
+    digest = hashlib.sha256(blob).digest()
+    return [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
 
 
 def acceptance_rule(config: ProverConfig) -> AcceptanceRule:
@@ -119,6 +147,31 @@ def failure_kind(error: BaseException) -> FailureKind:
     return "error"
 
 
+async def restore_episode(
+    env: RestorableEnv, trajectory: Trajectory, turn: int, seed: int, threaded: bool = False
+) -> Episode:
+    """``env.restore(trajectory, turn, seed)``, checked.
+
+    Whatever ``restore`` raises is a :class:`RestoreError` (a failed ``reseed`` included: counted as
+    ``restore``, not ``error``); a result without ``last`` and ``step(action)`` is a
+    :class:`~prover_core.errors.ProtocolError` (a programming error: raised, never counted).
+    """
+    try:
+        episode: Episode = await call_user(env.restore, trajectory, turn, seed, threaded=threaded)
+    except ProverError:
+        raise
+    except Exception as exc:
+        if loop_mismatch(exc) is not None:
+            raise
+        raise RestoreError(f"{type(env).__name__}.restore raised {type(exc).__name__}: {exc}") from exc
+    if not hasattr(episode, "last") or not callable(getattr(episode, "step", None)):
+        raise ProtocolError(
+            f"{type(env).__name__}.restore must return an episode with .last (a Step) and .step(action); "
+            f"it returned a {type(episode).__name__}"
+        )
+    return episode
+
+
 async def run_continuation(
     env: RestorableEnv,
     policy: Policy,
@@ -136,7 +189,7 @@ async def run_continuation(
     :class:`InvalidOutcomeError` when the final step's ``success`` is not binary. With
     ``threaded``, synchronous ``restore``, ``act`` and ``step`` run in threads (see module docs).
     """
-    episode = await call_user(env.restore, trajectory, turn, seed, threaded=threaded)
+    episode = await restore_episode(env, trajectory, turn, seed, threaded)
     history: list[Turn] = list(trajectory.turns[:turn])
     step = episode.last
     rng = policy_rng(seed)
@@ -306,7 +359,7 @@ async def verify_segment_detailed(
 
 async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
     config, trajectory = runner.config, runner.trajectory
-    pre_seeds, post_seeds = continuation_seeds(config, trajectory.id)
+    pre_seeds, post_seeds = continuation_seeds(config, trajectory)
     results = await runner.pairs(segment.start, segment.end + 1, pre_seeds, post_seeds)
     pre, post = results[: config.k], results[config.k :]
     counts = _tally(pre, post)
@@ -333,7 +386,7 @@ async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tup
 async def _adaptive(runner: _Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
     config, trajectory = runner.config, runner.trajectory
     test = sequential_test(config)
-    pre_seeds, post_seeds = continuation_seeds(config, trajectory.id, test.max_pairs)
+    pre_seeds, post_seeds = continuation_seeds(config, trajectory, test.max_pairs)
     state = SequentialState(test)
     pre: list[Result] = []
     post: list[Result] = []

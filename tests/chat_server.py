@@ -35,6 +35,8 @@ class Reply:
     """Announce the full Content-Length but send only half the body, then close."""
     drop: bool = False
     """Close the connection without answering."""
+    trickle_s: float = 0.0
+    """Send the body one byte at a time, this many seconds apart (a server that never stalls a read)."""
 
 
 def completion(
@@ -171,6 +173,11 @@ class ChatServer:
                     if reply.truncate:
                         self.wfile.write(payload[: len(payload) // 2])
                         self.close_connection = True
+                    elif reply.trickle_s:
+                        for byte in payload:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(reply.trickle_s)
                     else:
                         self.wfile.write(payload)
                 except OSError:  # the client gave up (timeout tests)

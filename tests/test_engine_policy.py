@@ -114,7 +114,7 @@ def test_pre_and_post_continuations_send_exactly_the_hand_worked_contexts() -> N
         [1, 2, 3, 100, 50, 110, 51, 121, 122, 123, 131],
     ]
     config = ProverConfig(k=3)
-    seeds, _ = continuation_seeds(config, "a")
+    seeds, _ = continuation_seeds(config, trajectory)
     with CompletionsServer() as server:
         policy = make_policy(server, store_of([(trajectory, prompt, completion)]))
         v = verify(policy, trajectory, config)
@@ -250,7 +250,7 @@ def test_compute_bonus_through_the_engine_credits_the_exact_delta() -> None:
     """Pre continuations (s_1, key still on the floor) succeed iff their first action is ``take``, i.e.
     iff ``action_seed(seed_i, 0)`` is odd; post continuations (key held) always succeed."""
     config = ProverConfig(k=8, seed=3)
-    pre_seeds, _ = continuation_seeds(config, "g-0")
+    pre_seeds, _ = continuation_seeds(config, batch()[0][0])  # g-0, the representative success
     takes = sum(action_seed(s, 0) % 2 for s in pre_seeds)
     assert 0 < takes < 8, "pick a config seed where the pre rate is strictly between 0 and 1"
     with CompletionsServer(seed_model) as server:

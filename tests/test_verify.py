@@ -95,7 +95,7 @@ def test_failures_make_the_boundary_incomplete_and_name_the_error() -> None:
             raise RuntimeError("simulator crashed")
         return turn >= 3
 
-    seeds = continuation_seeds(ProverConfig(k=8), "a")[0]
+    seeds = continuation_seeds(ProverConfig(k=8), traj)[0]
     crashed = sum(s % 3 == 0 for s in seeds)
     assert crashed > 0
     v = verify(traj, seg, hook_continuer(flaky), ProverConfig(k=8))

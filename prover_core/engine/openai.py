@@ -44,6 +44,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
+from prover_core._finite import finite_arguments
 from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError, EngineTimeoutError
 from prover_core.judges.llm_client import parse_retry_after
@@ -164,6 +165,7 @@ class OpenAICompletionsEngine:
     ``CLIENT_CONNECTIONS``), so a batching server sees them together; ``timeout_s`` bounds each attempt.
     """
 
+    @finite_arguments  # NaN or infinite timeouts and backoffs are refused (pydantic ValidationError)
     def __init__(
         self,
         base_url: str,

@@ -13,14 +13,14 @@ random numbers) draw their ``j``-th actions with the same engine seed.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from prover_core._aio import resolve
+from prover_core._aio import call_user
+from prover_core._finite import check_finite
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenStore
 from prover_core.errors import EngineError, EngineTimeoutError
@@ -32,11 +32,13 @@ def action_seed(seed: int, j: int) -> int:
     return int(np.random.SeedSequence([seed, j, 0x5EED]).generate_state(1)[0]) & 0x7FFFFFFF
 
 
-def _check_generation(result: object) -> Generation:
+def _check_generation(result: object, max_tokens: int) -> Generation:
     if not isinstance(result, Generation):
         raise EngineError(f"engine.generate must return a Generation, got {type(result).__name__}")
     if not result.token_ids:
         raise EngineError("the engine generated no tokens for an action")
+    if len(result.token_ids) > max_tokens:
+        raise EngineError(f"the engine returned {len(result.token_ids)} token ids for max_tokens={max_tokens}")
     if any(not isinstance(i, int | np.integer) or i < 0 for i in result.token_ids):
         raise EngineError(f"the engine returned invalid token ids: {list(result.token_ids)[:8]}")
     return result
@@ -76,6 +78,7 @@ class EnginePolicy:
             raise TypeError(f"engine must have a generate(prompt_ids, params) method, got {type(engine).__name__}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        check_finite(timeout_s=timeout_s)
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.engine = engine
@@ -126,7 +129,7 @@ class EnginePolicy:
             try:
                 call = _call(self.engine, list(ids), params)
                 result = await (call if self.timeout_s is None else asyncio.wait_for(call, self.timeout_s))
-                generation = _check_generation(result)
+                generation = _check_generation(result, params.max_tokens)
             except asyncio.TimeoutError as exc:
                 self.stats.failures += 1
                 raise EngineTimeoutError(f"the engine did not answer within {self.timeout_s} s") from exc
@@ -147,10 +150,9 @@ class EnginePolicy:
 
 
 async def _call(engine: TokenEngine, ids: list[int], params: SamplingParams) -> object:
-    """Await an async ``generate``; run a blocking one in a thread so the event loop keeps going."""
-    if inspect.iscoroutinefunction(engine.generate):
-        return await engine.generate(ids, params)
-    return await resolve(await asyncio.to_thread(engine.generate, ids, params))
+    """Await an async ``generate``; run a blocking one in a daemon thread (:func:`~prover_core._aio.in_thread`)
+    so the event loop keeps going and a call past ``timeout_s`` is abandoned, not waited for."""
+    return await call_user(engine.generate, ids, params, threaded=True)
 
 
 def _text_of(generation: Generation) -> Any:

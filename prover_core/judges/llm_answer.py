@@ -17,20 +17,24 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 from prover_core.judges.llm_prompt import ActionCheck, clip
 
 
 class JudgeAnswer(BaseModel):
-    """``{"failure_mode", "start_turn", "end_turn", "rationale"}``; both turns ``null`` means decline."""
+    """``{"failure_mode", "start_turn", "end_turn", "rationale"}``; both turns ``null`` means decline.
+
+    Turn numbers are parsed strictly: a JSON integer or ``null``, never ``false`` (which lax parsing
+    reads as turn 0, turning an attempted decline into a proposal), ``"3"`` or ``3.5``.
+    """
 
     model_config = ConfigDict(extra="ignore", strict=False)
 
     failure_mode: str
-    start_turn: int | None
-    end_turn: int | None
+    start_turn: StrictInt | None
+    end_turn: StrictInt | None
     rationale: str = ""
 
 

@@ -324,6 +324,31 @@ class ChatClient:
             return _Retryable(f"connection error ({detail})")
         return JudgeError(f"request to chat server {self.config.endpoint} failed: {detail}")
 
+    def _request_limit_s(self) -> float:
+        """The most one attempt may take, connecting included: ``connect_timeout_s + timeout_s``."""
+        return self.config.connect_timeout_s + self.config.timeout_s
+
+    def _overdue(self) -> httpx.ReadTimeout:
+        return httpx.ReadTimeout(
+            f"the whole request took longer than connect_timeout_s + timeout_s = {self._request_limit_s():g} s"
+        )
+
+    def _post_within(self, client: httpx.Client, payload: dict[str, Any]) -> httpx.Response:
+        """POST ``payload`` (blocking), its body read as it arrives and given up past ``connect_timeout_s +
+        timeout_s``. The deadline is checked after each received chunk; a server that stalls outright is
+        stopped by the read timeout (``timeout_s``), so an attempt ends within ``connect_timeout_s + 2 * timeout_s``.
+        """
+        deadline = time.monotonic() + self._request_limit_s()
+        with client.stream("POST", self.config.endpoint, json=payload) as streamed:
+            raw: list[bytes] = []
+            for chunk in streamed.iter_raw():
+                raw.append(chunk)
+                if time.monotonic() > deadline:
+                    raise self._overdue()
+            return httpx.Response(
+                streamed.status_code, headers=streamed.headers, content=b"".join(raw), request=streamed.request
+            )
+
     def _lookup(self, key: str) -> ChatResponse | None:
         if self.cache is None:
             return None
@@ -371,8 +396,12 @@ class ChatClient:
             async with pool.limit:
                 self.stats.admit(retry=number > 1)
                 start = time.perf_counter()
-                try:
-                    response = await pool.client.post(self.config.endpoint, json=payload)
+                try:  # the limit covers the whole request: a server trickling its answer cannot hold it longer
+                    response = await asyncio.wait_for(
+                        pool.client.post(self.config.endpoint, json=payload), self._request_limit_s()
+                    )
+                except asyncio.TimeoutError:
+                    raise self._transport(self._overdue()) from None
                 except httpx.HTTPError as exc:
                     raise self._transport(exc) from None
             return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
@@ -401,7 +430,7 @@ class ChatClient:
             self.stats.admit(retry=number > 1)
             start = time.perf_counter()
             try:
-                response = client.post(self.config.endpoint, json=payload)
+                response = self._post_within(client, payload)
             except httpx.HTTPError as exc:
                 raise self._transport(exc) from None
             return self._failed(lambda: self._read(response, time.perf_counter() - start, key))

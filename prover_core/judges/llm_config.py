@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from prover_core._finite import FINITE
+
 Mode = Literal["structured", "agentic"]
 ResponseFormat = Literal["json_schema", "json_object", "none"]
 
@@ -36,7 +38,7 @@ RESERVED_BODY_KEYS = frozenset(
 class LLMJudgeConfig(BaseModel):
     """Configuration of :class:`~prover_core.judges.llm.LLMJudge` (an OpenAI-compatible chat server)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", **FINITE)
 
     # Where.
     base_url: str = Field(min_length=1)
@@ -95,7 +97,10 @@ class LLMJudgeConfig(BaseModel):
 
     # Transport.
     timeout_s: float = Field(default=120.0, gt=0.0)
-    """Read/write timeout of one request."""
+    """Read/write timeout of one request, and with ``connect_timeout_s`` the limit of the whole request: an
+    attempt never lasts longer than ``connect_timeout_s + timeout_s``, however slowly the server trickles its
+    answer (it is then retried as a timeout). The blocking ``propose_sync`` checks that limit between received
+    chunks, so a read stalled just before it ends at most ``timeout_s`` later."""
     connect_timeout_s: float = Field(default=10.0, gt=0.0)
     max_concurrency: int = Field(default=16, ge=1)
     """Requests in flight at once (and the size of the connection pool)."""
