@@ -5,7 +5,12 @@ The context of the ``j``-th action of a continuation from boundary ``b`` of traj
     prompt_ids + completion_ids[:a_b] + g_0 + o_1 + g_1 + ... + o_j
 
 where ``a_b`` is the first token of turn ``b``'s action span, ``g_i`` the ids the engine generated for
-the continuation's ``i``-th action and ``o_i = render_observation(observation_i)``. Action ``j`` is
+the continuation's ``i``-th action followed by ``close_action(g_i)`` (what the rollout's template
+appends after an action; default nothing, see :mod:`prover_core.engine.layout`) and
+``o_i = render_observation(observation_i)``. With ``max_model_len`` set, each call's ``max_tokens`` is
+``min(max_tokens, max_model_len - len(context))``, the room left (vLLM refuses ``len(context) +
+max_tokens > max_model_len`` with a 400); a context with no room left raises
+:class:`~prover_core.errors.ContextLengthError` before any request. Action ``j`` is
 sampled with seed ``action_seed(seed, j)``: a pre and a post continuation with the same seed (common
 random numbers) draw their ``j``-th actions with the same engine seed.
 """
@@ -15,15 +20,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from prover_core._aio import resolve
+from prover_core.data import Trajectory
+from prover_core.engine.layout import CloseAction, check_record, no_close
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
-from prover_core.engine.tokens import TokenStore
-from prover_core.errors import EngineError, EngineTimeoutError
+from prover_core.engine.tokens import TokenSequence, TokenStore
+from prover_core.errors import ContextLengthError, EngineError, EngineTimeoutError, TokenRecordError
 from prover_core.protocols import PolicyContext
 
 
@@ -50,6 +57,8 @@ class EngineStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     failures: int = 0
+    clamped: int = 0
+    """Calls whose ``max_tokens`` was cut to the room left within ``max_model_len``."""
 
 
 class EnginePolicy:
@@ -59,6 +68,15 @@ class EnginePolicy:
     returns the token ids the rollout appended for an observation, ``parse_action(generation)`` the
     action handed to the environment (default: the generation's text). At most ``max_concurrency``
     engine calls are in flight at once (the engine batches them); each call gets ``timeout_s``.
+
+    ``close_action(generation)`` returns the ids the rollout appends after an action (e.g.
+    :func:`~prover_core.engine.layout.close_turn` for a chat template's end-of-turn). With
+    ``check_contexts`` (default), the first continuation of each trajectory first replays its recorded
+    row through ``close_action`` and ``render_observation``
+    (:func:`~prover_core.engine.layout.check_record`); a row they do not reproduce fails every
+    continuation of it with :class:`~prover_core.errors.TokenRecordError` (a recorded skip, never a
+    continuation from a context the rollout would not have sent). ``max_model_len``: see the module
+    docstring.
     """
 
     def __init__(
@@ -71,6 +89,9 @@ class EnginePolicy:
         sampling: SamplingParams | None = None,
         max_concurrency: int = 256,
         timeout_s: float | None = None,
+        close_action: CloseAction | None = None,
+        check_contexts: bool = True,
+        max_model_len: int | None = None,
     ) -> None:
         if not callable(getattr(engine, "generate", None)):
             raise TypeError(f"engine must have a generate(prompt_ids, params) method, got {type(engine).__name__}")
@@ -78,6 +99,8 @@ class EnginePolicy:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if max_model_len is not None and max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
         self.engine = engine
         self.tokens = tokens
         self.render_observation = render_observation
@@ -85,13 +108,18 @@ class EnginePolicy:
         self.sampling = sampling or SamplingParams()
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
+        self.close_action = close_action or no_close
+        self.check_contexts = check_contexts
+        self.max_model_len = max_model_len
         self.stats = EngineStats()
+        self._checked: dict[str, TokenRecordError | None] = {}
         self._contexts: dict[tuple[str, int, int], tuple[int, list[int]]] = {}
         self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
     def clear(self) -> None:
         """Forget every continuation's context and the counters (call once per training step)."""
         self._contexts.clear()
+        self._checked.clear()
         self.stats = EngineStats()
 
     def context_ids(self, context: PolicyContext) -> tuple[tuple[str, int, int], int, list[int]]:
@@ -103,7 +131,10 @@ class EnginePolicy:
         j = len(context.history) - b
         key = (trajectory.id, b, context.seed)
         if j == 0:
-            ids = self.tokens.get(trajectory.id).context_before(trajectory, b)
+            record = self.tokens.get(trajectory.id)
+            if self.check_contexts:
+                self._check(record, trajectory)
+            ids = record.context_before(trajectory, b)
         else:
             seen, previous = self._contexts.get(key, (-1, []))
             if seen != j - 1:
@@ -114,9 +145,44 @@ class EnginePolicy:
 
     async def act(self, context: PolicyContext) -> Any:
         key, j, ids = self.context_ids(context)
-        generation = await self.generate(ids, self.sampling.with_seed(action_seed(context.seed, j)))
-        self._contexts[key] = (j, ids + list(map(int, generation.token_ids)))
+        params = self.fit(len(ids), self.sampling.with_seed(action_seed(context.seed, j)))
+        generation = await self.generate(ids, params)
+        closing = [int(i) for i in self.close_action(generation)]
+        self._contexts[key] = (j, ids + list(map(int, generation.token_ids)) + closing)
         return self.parse_action(generation)
+
+    def fit(self, context_len: int, params: SamplingParams) -> SamplingParams:
+        """``params`` with ``max_tokens`` cut to ``max_model_len - context_len`` (the room left), if smaller.
+
+        The rule of verl's vLLM server (``max(1, min(max_tokens, max_model_len - len(prompt_ids)))`` after
+        refusing a prompt with less than 1 token of room) and of vLLM's own check. No room: raises
+        :class:`ContextLengthError` (counted as a failure, no request sent).
+        """
+        if self.max_model_len is None:
+            return params
+        room = self.max_model_len - context_len
+        if room < 1:
+            self.stats.failures += 1
+            raise ContextLengthError(
+                f"the continuation's context holds {context_len} tokens, which leaves no room for an action "
+                f"within max_model_len={self.max_model_len}"
+            )
+        if params.max_tokens <= room:
+            return params
+        self.stats.clamped += 1
+        return replace(params, max_tokens=room)
+
+    def _check(self, record: TokenSequence, trajectory: Trajectory) -> None:
+        """Check a trajectory's record once per step (see :func:`check_record`); re-raise a mismatch."""
+        if trajectory.id not in self._checked:
+            try:
+                check_record(record, trajectory, self.render_observation, self.close_action)
+                self._checked[trajectory.id] = None
+            except TokenRecordError as exc:
+                self._checked[trajectory.id] = exc
+        error = self._checked[trajectory.id]
+        if error is not None:
+            raise TokenRecordError(str(error))
 
     async def generate(self, ids: Sequence[int], params: SamplingParams) -> Generation:
         """One engine call under the concurrency limit and time limit; failures raise :class:`EngineError`."""
