@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +29,7 @@ from prover_core._aio import resolve
 from prover_core.data import Trajectory
 from prover_core.engine.layout import CloseAction, check_record, no_close
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
+from prover_core.engine.schedule import PrefixGate
 from prover_core.engine.tokens import TokenSequence, TokenStore
 from prover_core.errors import ContextLengthError, EngineError, EngineTimeoutError, TokenRecordError
 from prover_core.protocols import PolicyContext
@@ -76,7 +77,8 @@ class EnginePolicy:
     (:func:`~prover_core.engine.layout.check_record`); a row they do not reproduce fails every
     continuation of it with :class:`~prover_core.errors.TokenRecordError` (a recorded skip, never a
     continuation from a context the rollout would not have sent). ``max_model_len``: see the module
-    docstring.
+    docstring. ``group_prefixes`` (default): when calls wait for a slot, those of a trajectory already
+    in flight go first (:mod:`prover_core.engine.schedule`), so an engine's prefix cache serves them.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class EnginePolicy:
         close_action: CloseAction | None = None,
         check_contexts: bool = True,
         max_model_len: int | None = None,
+        group_prefixes: bool = True,
     ) -> None:
         if not callable(getattr(engine, "generate", None)):
             raise TypeError(f"engine must have a generate(prompt_ids, params) method, got {type(engine).__name__}")
@@ -111,10 +114,11 @@ class EnginePolicy:
         self.close_action = close_action or no_close
         self.check_contexts = check_contexts
         self.max_model_len = max_model_len
+        self.group_prefixes = group_prefixes
         self.stats = EngineStats()
         self._checked: dict[str, TokenRecordError | None] = {}
         self._contexts: dict[tuple[str, int, int], tuple[int, list[int]]] = {}
-        self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._limits: dict[asyncio.AbstractEventLoop, PrefixGate] = {}
 
     def clear(self) -> None:
         """Forget every continuation's context and the counters (call once per training step)."""
@@ -146,7 +150,7 @@ class EnginePolicy:
     async def act(self, context: PolicyContext) -> Any:
         key, j, ids = self.context_ids(context)
         params = self.fit(len(ids), self.sampling.with_seed(action_seed(context.seed, j)))
-        generation = await self.generate(ids, params)
+        generation = await self.generate(ids, params, prefix=key[0] if self.group_prefixes else None)
         closing = [int(i) for i in self.close_action(generation)]
         self._contexts[key] = (j, ids + list(map(int, generation.token_ids)) + closing)
         return self.parse_action(generation)
@@ -184,9 +188,15 @@ class EnginePolicy:
         if error is not None:
             raise TokenRecordError(str(error))
 
-    async def generate(self, ids: Sequence[int], params: SamplingParams) -> Generation:
-        """One engine call under the concurrency limit and time limit; failures raise :class:`EngineError`."""
-        async with self._limit():
+    async def generate(self, ids: Sequence[int], params: SamplingParams, prefix: Hashable = None) -> Generation:
+        """One engine call under the concurrency limit and time limit; failures raise :class:`EngineError`.
+
+        Calls wait for a slot in a :class:`~prover_core.engine.schedule.PrefixGate`: a free slot goes first
+        to a call whose ``prefix`` (``act`` passes the trajectory id) is in flight, so continuations that
+        share a prefix reach the engine together. ``None``: first come, first served.
+        """
+        key: Hashable = prefix if prefix is not None else object()
+        async with self._limit().slot(key):
             self.stats.calls += 1
             self.stats.prompt_tokens += len(ids)
             try:
@@ -205,10 +215,10 @@ class EnginePolicy:
         self.stats.generated_tokens += len(generation.token_ids)
         return generation
 
-    def _limit(self) -> asyncio.Semaphore:
+    def _limit(self) -> PrefixGate:
         loop = asyncio.get_running_loop()
         if loop not in self._limits:
-            self._limits = {loop: asyncio.Semaphore(self.max_concurrency)}  # one loop at a time
+            self._limits = {loop: PrefixGate(self.max_concurrency)}  # one loop at a time
         return self._limits[loop]
 
 
