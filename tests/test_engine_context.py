@@ -127,12 +127,17 @@ def test_continuations_close_every_action_exactly_once_as_the_rollout_did() -> N
     assert got == sorted(expected)
 
 
-def test_without_the_rollouts_rule_every_continuation_fails_before_any_request() -> None:
+RECORDED_PREFIXES = {(*PROMPT, *COMPLETION[:3]), (*PROMPT, *COMPLETION[:7])}  # boundaries 1 and 2
+
+
+def test_without_the_rollouts_rule_every_continuation_fails_before_its_own_first_context() -> None:
     trajectory, prompt, completion = chat_record(GENERATED)
     with CompletionsServer(lambda p, b: [50, 50, EOT], eos_token_id=EOT) as server:
         policy = policy_of(server, [(trajectory, prompt, completion)])
         v = verify(policy, trajectory, ProverConfig(k=2))
-        assert server.requests == []
+        assert {tuple(b["prompt"]) for b in server.requests} == RECORDED_PREFIXES  # action 0 only
+        assert len(server.requests) == 4
+        server.requests.clear()
         unchecked = policy_of(server, [(trajectory, prompt, completion)], check_contexts=False)
         verify(unchecked, trajectory, ProverConfig(k=2))
     assert (v.pre_count, v.post_count) == (0, 0)
@@ -157,7 +162,7 @@ def test_a_mismatched_record_is_a_recorded_skip_in_compute_bonus() -> None:
     (group,) = result.report.groups
     assert (group.status, group.stage) == ("skipped", "verify")
     assert "TokenRecordError" in group.reason and "the rollout appended [7, 121]" in group.reason
-    assert server.requests == []
+    assert {tuple(b["prompt"]) for b in server.requests} == RECORDED_PREFIXES and len(server.requests) == 8
 
 
 # -- max_model_len ----------------------------------------------------------------------------------

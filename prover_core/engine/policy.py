@@ -72,11 +72,11 @@ class EnginePolicy:
 
     ``close_action(generation)`` returns the ids the rollout appends after an action (e.g.
     :func:`~prover_core.engine.layout.close_turn` for a chat template's end-of-turn). With
-    ``check_contexts`` (default), the first continuation of each trajectory first replays its recorded
-    row through ``close_action`` and ``render_observation``
-    (:func:`~prover_core.engine.layout.check_record`); a row they do not reproduce fails every
-    continuation of it with :class:`~prover_core.errors.TokenRecordError` (a recorded skip, never a
-    continuation from a context the rollout would not have sent). ``max_model_len``: see the module
+    ``check_contexts`` (default), before a continuation of a trajectory builds its first context
+    (action 1) the recorded row is replayed through ``close_action`` and ``render_observation``
+    (:func:`~prover_core.engine.layout.check_record`, once per trajectory and step); a row they do not
+    reproduce fails those continuations with :class:`~prover_core.errors.TokenRecordError` (a recorded
+    skip, never a continuation from a context the rollout would not have sent). ``max_model_len``: see the module
     docstring. ``group_prefixes`` (default): when calls wait for a slot, those of a trajectory already
     in flight go first (:mod:`prover_core.engine.schedule`), so an engine's prefix cache serves them.
     """
@@ -135,11 +135,10 @@ class EnginePolicy:
         j = len(context.history) - b
         key = (trajectory.id, b, context.seed)
         if j == 0:
-            record = self.tokens.get(trajectory.id)
-            if self.check_contexts:
-                self._check(record, trajectory)
-            ids = record.context_before(trajectory, b)
+            ids = self.tokens.get(trajectory.id).context_before(trajectory, b)
         else:
+            if self.check_contexts:  # before the first context the continuation builds itself
+                self._check(self.tokens.get(trajectory.id), trajectory)
             seen, previous = self._contexts.get(key, (-1, []))
             if seen != j - 1:
                 raise EngineError(f"continuation {key} asked for action {j} but its context holds {seen + 1} actions")
