@@ -89,6 +89,10 @@ class EngineResponseError(EngineError):
     """An inference engine's answer is not a completion with token ids (bad JSON, missing or invalid ids)."""
 
 
+class ContextLengthError(EngineError):
+    """A continuation's context leaves no room for one more token within the engine's ``max_model_len``."""
+
+
 class TokenRecordError(ProverError, ValueError):
     """A training row's recorded token ids do not fit its trajectory (missing, or spans out of range)."""
 

@@ -5,29 +5,35 @@ implements :class:`TokenEngine`; :class:`EnginePolicy` turns it into a :class:`~
 The context of a continuation from state ``s_b`` is exactly the token ids the agent saw before acting
 at turn ``b`` (prompt ids + completion ids up to turn ``b``'s action span), then, for every new turn, the
 generated action ids and the rendered observation ids: text is never re-tokenised.
-:class:`OpenAICompletionsEngine` speaks to a ``/v1/completions`` server that takes token ids (vLLM,
-SGLang; docs/engines.md); it is imported on first use, so that code without it does not pay for httpx
-and tenacity at import time.
+:class:`OpenAICompletionsEngine` speaks to a ``/v1/completions`` server that takes token ids and returns
+them (vLLM); :class:`SGLangEngine` to SGLang's native ``/generate`` (SGLang 0.5.12's ``/v1/completions``
+returns no ids; docs/engines.md). Both are imported on first use, so that code without them does not
+pay for httpx and tenacity at import time.
 """
 
 from typing import TYPE_CHECKING, Any
 
+from prover_core.engine.layout import check_record, close_turn
 from prover_core.engine.policy import EnginePolicy, action_seed
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenSequence, TokenStore
 
 if TYPE_CHECKING:
     from prover_core.engine.openai import OpenAICompletionsEngine
+    from prover_core.engine.sglang import SGLangEngine
 
 __all__ = [
     "EnginePolicy",
     "Generation",
     "OpenAICompletionsEngine",
+    "SGLangEngine",
     "SamplingParams",
     "TokenEngine",
     "TokenSequence",
     "TokenStore",
     "action_seed",
+    "check_record",
+    "close_turn",
 ]
 
 
@@ -36,4 +42,8 @@ def __getattr__(name: str) -> Any:
         from prover_core.engine.openai import OpenAICompletionsEngine
 
         return OpenAICompletionsEngine
+    if name == "SGLangEngine":
+        from prover_core.engine.sglang import SGLangEngine
+
+        return SGLangEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

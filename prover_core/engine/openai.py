@@ -1,6 +1,8 @@
 """A :class:`~prover_core.engine.TokenEngine` over an OpenAI-compatible ``/v1/completions`` endpoint.
 
-Token ids in, token ids out, for servers that take a list of ids as ``prompt`` (vLLM, SGLang). Each
+Token ids in, token ids out, for servers that take a list of ids as ``prompt`` and return the sampled
+ids (vLLM; not SGLang 0.5.12, whose ``/v1/completions`` returns none: use
+:class:`~prover_core.engine.sglang.SGLangEngine` there). Each
 call POSTs ``{"model", "prompt": ids, "max_tokens", "seed", "stop_token_ids", "n": 1, "stream": false,
 "return_token_ids": true}`` and every field of ``SamplingParams.distribution()`` (temperature, top_p,
 top_k, min_p, repetition/presence/frequency penalties: nothing is left to the server's defaults), then
@@ -8,9 +10,9 @@ top_k, min_p, repetition/presence/frequency penalties: nothing is left to the se
 true``. The generated ids are read back exactly, never re-tokenised from text:
 
 * ``choices[0].token_ids``: vLLM >= 0.10.2 (``CompletionRequest.return_token_ids`` and
-  ``CompletionResponseChoice.token_ids`` in ``vllm/entrypoints/openai/completion/protocol.py``) and
-  SGLang (``serving_completions.py`` answers ``token_ids=ret_item["output_ids"]`` when
-  ``request.return_token_ids``; it maps ``seed`` to its ``sampling_seed``);
+  ``CompletionResponseChoice.token_ids`` in ``vllm/entrypoints/openai/completion/protocol.py``). SGLang
+  0.5.12 has neither field (its choices carry ``matched_stop`` instead); later SGLang sources add them;
+  an SGLang answer without ids is refused with an error that names ``SGLangEngine``;
 * else ``choices[0].logprobs.tokens`` written as ``"token_id:N"``: vLLM with ``logprobs`` and
   ``return_tokens_as_token_ids`` ("tokens are represented as strings of the form 'token_id:{token_id}'",
   same file), the way to read ids from a vLLM older than 0.10.2 (which ignores ``return_token_ids``).
@@ -71,6 +73,7 @@ class CompletionChoice(BaseModel):
     token_ids: list[TokenId] | None = None
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    matched_stop: int | str | None = None  # SGLang's field (vLLM's is stop_reason): tells the servers apart
 
     def generation(self) -> Generation:
         """The sampled ids (``token_ids``, else ``"token_id:N"`` logprob tokens) and their logprobs."""
@@ -83,10 +86,16 @@ class CompletionChoice(BaseModel):
                 )
         elif from_logprobs is not None:
             ids = from_logprobs
+        elif "matched_stop" in self.model_fields_set:
+            raise EngineResponseError(
+                "the completion has no token ids and comes from SGLang, whose /v1/completions (0.5.12) does not "
+                "answer `return_token_ids` and writes logprob tokens as text: use "
+                "prover_core.engine.SGLangEngine (SGLang's native /generate, token ids in and out)"
+            )
         else:
             raise EngineResponseError(
-                "the completion has no token ids: the server must answer `return_token_ids` (vLLM >= 0.10.2, "
-                "SGLang) or, with logprobs=True, `return_tokens_as_token_ids` (vLLM)"
+                "the completion has no token ids: the server must answer `return_token_ids` (vLLM >= 0.10.2) "
+                "or, with logprobs=True, `return_tokens_as_token_ids` (vLLM)"
             )
         values = self.logprobs.token_logprobs if self.logprobs is not None else None
         logprobs = None

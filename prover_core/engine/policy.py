@@ -5,7 +5,12 @@ The context of the ``j``-th action of a continuation from boundary ``b`` of traj
     prompt_ids + completion_ids[:a_b] + g_0 + o_1 + g_1 + ... + o_j
 
 where ``a_b`` is the first token of turn ``b``'s action span, ``g_i`` the ids the engine generated for
-the continuation's ``i``-th action and ``o_i = render_observation(observation_i)``. Action ``j`` is
+the continuation's ``i``-th action followed by ``close_action(g_i)`` (what the rollout's template
+appends after an action; default nothing, see :mod:`prover_core.engine.layout`) and
+``o_i = render_observation(observation_i)``. With ``max_model_len`` set, each call's ``max_tokens`` is
+``min(max_tokens, max_model_len - len(context))``, the room left (vLLM refuses ``len(context) +
+max_tokens > max_model_len`` with a 400); a context with no room left raises
+:class:`~prover_core.errors.ContextLengthError` before any request. Action ``j`` is
 sampled with seed ``action_seed(seed, j)``: a pre and a post continuation with the same seed (common
 random numbers) draw their ``j``-th actions with the same engine seed.
 """
@@ -13,17 +18,20 @@ random numbers) draw their ``j``-th actions with the same engine seed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from prover_core._aio import call_user
 from prover_core._finite import check_finite
+from prover_core.data import Trajectory
+from prover_core.engine.layout import CloseAction, check_record, no_close
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
-from prover_core.engine.tokens import TokenStore
-from prover_core.errors import EngineError, EngineTimeoutError
+from prover_core.engine.schedule import PrefixGate
+from prover_core.engine.tokens import TokenSequence, TokenStore
+from prover_core.errors import ContextLengthError, EngineError, EngineTimeoutError, TokenRecordError
 from prover_core.protocols import PolicyContext
 
 
@@ -52,6 +60,8 @@ class EngineStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     failures: int = 0
+    clamped: int = 0
+    """Calls whose ``max_tokens`` was cut to the room left within ``max_model_len``."""
 
 
 class EnginePolicy:
@@ -61,6 +71,16 @@ class EnginePolicy:
     returns the token ids the rollout appended for an observation, ``parse_action(generation)`` the
     action handed to the environment (default: the generation's text). At most ``max_concurrency``
     engine calls are in flight at once (the engine batches them); each call gets ``timeout_s``.
+
+    ``close_action(generation)`` returns the ids the rollout appends after an action (e.g.
+    :func:`~prover_core.engine.layout.close_turn` for a chat template's end-of-turn). With
+    ``check_contexts`` (default), before a continuation of a trajectory builds its first context
+    (action 1) the recorded row is replayed through ``close_action`` and ``render_observation``
+    (:func:`~prover_core.engine.layout.check_record`, once per trajectory and step); a row they do not
+    reproduce fails those continuations with :class:`~prover_core.errors.TokenRecordError` (a recorded
+    skip, never a continuation from a context the rollout would not have sent). ``max_model_len``: see the module
+    docstring. ``group_prefixes`` (default): when calls wait for a slot, those of a trajectory already
+    in flight go first (:mod:`prover_core.engine.schedule`), so an engine's prefix cache serves them.
     """
 
     def __init__(
@@ -73,6 +93,10 @@ class EnginePolicy:
         sampling: SamplingParams | None = None,
         max_concurrency: int = 256,
         timeout_s: float | None = None,
+        close_action: CloseAction | None = None,
+        check_contexts: bool = True,
+        max_model_len: int | None = None,
+        group_prefixes: bool = True,
     ) -> None:
         if not callable(getattr(engine, "generate", None)):
             raise TypeError(f"engine must have a generate(prompt_ids, params) method, got {type(engine).__name__}")
@@ -81,6 +105,8 @@ class EnginePolicy:
         check_finite(timeout_s=timeout_s)
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if max_model_len is not None and max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
         self.engine = engine
         self.tokens = tokens
         self.render_observation = render_observation
@@ -88,13 +114,19 @@ class EnginePolicy:
         self.sampling = sampling or SamplingParams()
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
+        self.close_action = close_action or no_close
+        self.check_contexts = check_contexts
+        self.max_model_len = max_model_len
+        self.group_prefixes = group_prefixes
         self.stats = EngineStats()
+        self._checked: dict[str, TokenRecordError | None] = {}
         self._contexts: dict[tuple[str, int, int], tuple[int, list[int]]] = {}
-        self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._limits: dict[asyncio.AbstractEventLoop, PrefixGate] = {}
 
     def clear(self) -> None:
         """Forget every continuation's context and the counters (call once per training step)."""
         self._contexts.clear()
+        self._checked.clear()
         self.stats = EngineStats()
 
     def context_ids(self, context: PolicyContext) -> tuple[tuple[str, int, int], int, list[int]]:
@@ -108,6 +140,8 @@ class EnginePolicy:
         if j == 0:
             ids = self.tokens.get(trajectory.id).context_before(trajectory, b)
         else:
+            if self.check_contexts:  # before the first context the continuation builds itself
+                self._check(self.tokens.get(trajectory.id), trajectory)
             seen, previous = self._contexts.get(key, (-1, []))
             if seen != j - 1:
                 raise EngineError(f"continuation {key} asked for action {j} but its context holds {seen + 1} actions")
@@ -117,13 +151,54 @@ class EnginePolicy:
 
     async def act(self, context: PolicyContext) -> Any:
         key, j, ids = self.context_ids(context)
-        generation = await self.generate(ids, self.sampling.with_seed(action_seed(context.seed, j)))
-        self._contexts[key] = (j, ids + list(map(int, generation.token_ids)))
+        params = self.fit(len(ids), self.sampling.with_seed(action_seed(context.seed, j)))
+        generation = await self.generate(ids, params, prefix=key[0] if self.group_prefixes else None)
+        closing = [int(i) for i in self.close_action(generation)]
+        self._contexts[key] = (j, ids + list(map(int, generation.token_ids)) + closing)
         return self.parse_action(generation)
 
-    async def generate(self, ids: Sequence[int], params: SamplingParams) -> Generation:
-        """One engine call under the concurrency limit and time limit; failures raise :class:`EngineError`."""
-        async with self._limit():
+    def fit(self, context_len: int, params: SamplingParams) -> SamplingParams:
+        """``params`` with ``max_tokens`` cut to ``max_model_len - context_len`` (the room left), if smaller.
+
+        The rule of verl's vLLM server (``max(1, min(max_tokens, max_model_len - len(prompt_ids)))`` after
+        refusing a prompt with less than 1 token of room) and of vLLM's own check. No room: raises
+        :class:`ContextLengthError` (counted as a failure, no request sent).
+        """
+        if self.max_model_len is None:
+            return params
+        room = self.max_model_len - context_len
+        if room < 1:
+            self.stats.failures += 1
+            raise ContextLengthError(
+                f"the continuation's context holds {context_len} tokens, which leaves no room for an action "
+                f"within max_model_len={self.max_model_len}"
+            )
+        if params.max_tokens <= room:
+            return params
+        self.stats.clamped += 1
+        return replace(params, max_tokens=room)
+
+    def _check(self, record: TokenSequence, trajectory: Trajectory) -> None:
+        """Check a trajectory's record once per step (see :func:`check_record`); re-raise a mismatch."""
+        if trajectory.id not in self._checked:
+            try:
+                check_record(record, trajectory, self.render_observation, self.close_action)
+                self._checked[trajectory.id] = None
+            except TokenRecordError as exc:
+                self._checked[trajectory.id] = exc
+        error = self._checked[trajectory.id]
+        if error is not None:
+            raise TokenRecordError(str(error))
+
+    async def generate(self, ids: Sequence[int], params: SamplingParams, prefix: Hashable = None) -> Generation:
+        """One engine call under the concurrency limit and time limit; failures raise :class:`EngineError`.
+
+        Calls wait for a slot in a :class:`~prover_core.engine.schedule.PrefixGate`: a free slot goes first
+        to a call whose ``prefix`` (``act`` passes the trajectory id) is in flight, so continuations that
+        share a prefix reach the engine together. ``None``: first come, first served.
+        """
+        key: Hashable = prefix if prefix is not None else object()
+        async with self._limit().slot(key):
             self.stats.calls += 1
             self.stats.prompt_tokens += len(ids)
             try:
@@ -142,10 +217,10 @@ class EnginePolicy:
         self.stats.generated_tokens += len(generation.token_ids)
         return generation
 
-    def _limit(self) -> asyncio.Semaphore:
+    def _limit(self) -> PrefixGate:
         loop = asyncio.get_running_loop()
         if loop not in self._limits:
-            self._limits = {loop: asyncio.Semaphore(self.max_concurrency)}  # one loop at a time
+            self._limits = {loop: PrefixGate(self.max_concurrency)}  # one loop at a time
         return self._limits[loop]
 
 
