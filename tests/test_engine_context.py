@@ -103,7 +103,7 @@ def test_continuations_close_every_action_exactly_once_as_the_rollout_did() -> N
     ``[51, EOT]`` (stopped) or ``[50, 50]`` (length), and the next context holds the action closed once."""
     trajectory, prompt, completion = chat_record(GENERATED)
     config = ProverConfig(k=2, seed=5)
-    seeds, _ = continuation_seeds(config, "a")
+    seeds, _ = continuation_seeds(config, trajectory)
     with CompletionsServer(stopping_model, eos_token_id=EOT) as server:
         policy = policy_of(server, [(trajectory, prompt, completion)], close_action=CHATML)
         v = verify(policy, trajectory, config)
