@@ -63,3 +63,16 @@ def test_the_readme_code_and_the_core_examples_pass_mypy_strict_without_the_plug
         files[-1].write_text((ROOT / name).read_text())
     done = mypy_strict(files, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_readme_credit_view_is_what_render_credit_prints() -> None:
+    """The README's example output: each of its lines is a line of the output of the block above it."""
+    from prover_core import render_credit
+    from prover_core.demo.run import run_demo
+
+    shown = re.search(r"prints \(abridged[^\n]*\n\n```text\n(.*?)```", README, re.S)
+    assert shown, "the README's credit-view output changed: update this test with it"
+    assert 'print(render_credit(result, ["g00-5"], width=100))' in README and "run_demo(groups=4)" in README
+    printed = render_credit(run_demo(groups=4).result, ["g00-5"], width=100).splitlines()
+    for line in shown[1].splitlines():
+        assert line in printed, line
