@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -242,21 +243,21 @@ def report(summary: Summary, batch: Sequence[Trajectory]) -> str:
             where = " | ".join(r.commands) if r.commands else "-"
             delta = f"Delta={r.delta:+.3f}" if r.delta is not None else ""
             mark = f"key {r.key_share:.2f}" if r.key else ""
-            lines.append(
-                f"   [{r.judge:>10}] {r.group_id.split('/')[1]:<7} {r.status:<9} {delta:<13} {mark:<8} {where}"
-            )
+            head = f"   [{r.judge:>10}] {r.group_id.split('/')[1]:<7} {r.status:<9} {delta:<13} {mark:<8} "
+            lines += textwrap.wrap(where, 100, initial_indent=head, subsequent_indent=" " * len(head)) or [head]
     lines.append("")
     lines.append(
         f"uniformly random admissible segments: key share {summary.random_key_share:.2f}, "
         f"hold a key command {summary.random_key_rate:.2f} ({len(summary.random_share)} eligible groups)"
     )
     for name in dict.fromkeys(r.judge for r in summary.records):
-        lines.append(
+        text = (
             f"{name:>10}: {len(summary.of(name, 'accepted'))} accepted of {len(summary.of(name))} proposed; "
             f"key share accepted {summary.key_share(name, 'accepted'):.2f}, proposed {summary.key_share(name):.2f}; "
             f"hold a key command: accepted {summary.key_rate(name, 'accepted'):.2f}, "
             f"proposed {summary.key_rate(name):.2f} ({summary.seconds.get(name, 0.0):.1f} s)"
         )
+        lines += textwrap.wrap(text, 100, subsequent_indent=" " * 12)
     return "\n".join(lines)
 
 

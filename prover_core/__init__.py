@@ -32,20 +32,31 @@ from prover_core.errors import (
 from prover_core.executors import LocalExecutor, RayExecutor
 from prover_core.grpo import group_advantages, grpo_advantages
 from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
-from prover_core.protocols import ContinueFn, Episode, Judge, Policy, PolicyContext, RestorableEnv, Step
+from prover_core.progress import Progress
+from prover_core.protocols import (
+    ContinueFn,
+    Episode,
+    FunctionPolicy,
+    Judge,
+    Policy,
+    PolicyContext,
+    RestorableEnv,
+    Step,
+)
 from prover_core.report import GroupRecord, Report
 from prover_core.restore import Env, LiveEpisode, ReplayEnv, SnapshotEnv
+from prover_core.view import TrajectoryCredit, TurnCredit, credit_view, plot_credit, render_credit
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnchorJudge",
     "BonusResult",
     "ContinuationError",
     "ContinuationLimitError",
     "ContinuationTimeoutError",
     "ContinueFn",
     "Decline",
-    "AnchorJudge",
     "DivergenceJudge",
     "EngineError",
     "EngineHTTPError",
@@ -54,6 +65,7 @@ __all__ = [
     "EngineTimeoutError",
     "Env",
     "Episode",
+    "FunctionPolicy",
     "Generation",
     "GroupRecord",
     "HostImportError",
@@ -67,6 +79,7 @@ __all__ = [
     "Outcome",
     "Policy",
     "PolicyContext",
+    "Progress",
     "Proposal",
     "ProverConfig",
     "ProverError",
@@ -87,12 +100,17 @@ __all__ = [
     "TokenRecordError",
     "TokenStore",
     "Trajectory",
+    "TrajectoryCredit",
     "Turn",
+    "TurnCredit",
     "Verification",
     "WorkerLostError",
     "acompute_bonus",
     "compute_bonus",
+    "credit_view",
     "group_advantages",
     "group_batch",
     "grpo_advantages",
+    "plot_credit",
+    "render_credit",
 ]

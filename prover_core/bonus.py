@@ -12,8 +12,10 @@ roles swapped: ``judge.propose(failed_run, successful_runs, rules)``, i.e. "wher
 the successful runs did not". The drop is verified (``p_pre > p_post`` by the configured rule or the
 adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that segment's turns.
 
-Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): one summary line per call
-at INFO, and each group's trigger, proposal and verification at DEBUG as they happen.
+Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): a line per finished eligible
+group and a summary line per call at INFO, and each group's trigger, proposal and verification at DEBUG
+as they happen; ``progress=fn`` also hands each finished group to ``fn`` (a host's progress bar), see
+:mod:`prover_core.progress`. The wall time of each stage is in ``Report.timings``.
 
 Programming errors are not skips: an object that misses its protocol (a function as the policy,
 ``judge=None``, a plain environment as ``env``) raises :class:`~prover_core.errors.ProtocolError`
@@ -45,8 +47,9 @@ from prover_core.data import Decline, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
 from prover_core.pairing import paired
+from prover_core.progress import Progress, ProgressFn, StageClock, format_progress
 from prover_core.propose import propose
-from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
+from prover_core.protocols import ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, as_policy
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.restore import SnapshotEnv
 from prover_core.trigger import is_eligible, longest_failure, representative, success_rate
@@ -129,7 +132,7 @@ def _check_env(env: object) -> None:
 
 def _continuer(
     env: RestorableEnv | None,
-    policy: Policy | None,
+    policy: Policy | PolicyFn | None,
     continue_from: ContinueFn | None,
     config: ProverConfig,
     executor: Continuer | None = None,
@@ -155,9 +158,10 @@ def _continuer(
     if env is None or policy is None:
         raise ValueError("compute_bonus needs env and policy, or continue_from")
     _check_env(env)
-    check_protocol(policy, "policy", "act", "context", "Wrap a function: class P: def act(self, context): ...")
-    env, policy = paired(config.pairing, env, policy)
-    return env_continuer(env, policy, config.max_continuation_turns, threaded)
+    acting = as_policy(policy)  # a plain function act(context) -> action is a policy too
+    check_protocol(acting, "policy", "act", "context", "or pass a function act(context) -> action")
+    env, acting = paired(config.pairing, env, acting)
+    return env_continuer(env, acting, config.max_continuation_turns, threaded)
 
 
 def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]:
@@ -174,6 +178,7 @@ async def _credit_group(
     config: ProverConfig,
     limit: asyncio.Semaphore,
     direction: Direction = "gain",
+    clock: StageClock | None = None,
 ) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
     """Propose, verify and credit one eligible group (``drop``: debit its longest failed run)."""
     if direction == "gain":
@@ -199,8 +204,12 @@ async def _credit_group(
             **found,
         )
 
+    clock = clock or StageClock()
     try:
-        answer = await asyncio.wait_for(propose(judge, success, failures, config.segment_rules), config.judge_timeout_s)
+        with clock.stage("propose"):
+            answer = await asyncio.wait_for(
+                propose(judge, success, failures, config.segment_rules), config.judge_timeout_s
+            )
     except asyncio.TimeoutError:  # propose() turns the judge's own errors into JudgeError: this is our limit
         timed_out = JudgeTimeoutError(f"judge timed out after {config.judge_timeout_s} s")
         if config.strict:
@@ -219,7 +228,10 @@ async def _credit_group(
         return record("declined", "propose", answer.reason), None
     segment = answer.segment
     logger.debug("group %s: proposed turns [%d, %d] of %s", group_id, segment.start, segment.end, success.id)
-    verification, stats = await verify_segment_detailed(success, answer.segment, continuer, config, limit, direction)
+    with clock.stage("verify"):
+        verification, stats = await verify_segment_detailed(
+            success, answer.segment, continuer, config, limit, direction
+        )
     logger.debug(
         "group %s: verified Delta = %+.3f (pre %d/%d, post %d/%d, %d continuations): %s",
         group_id,
@@ -256,15 +268,18 @@ async def acompute_bonus(
     *,
     judge: Judge,
     env: RestorableEnv | None = None,
-    policy: Policy | None = None,
+    policy: Policy | PolicyFn | None = None,
     continue_from: ContinueFn | None = None,
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
+    progress: ProgressFn | None = None,
 ) -> BonusResult:
     """The ``async`` form of :func:`compute_bonus`; eligible groups are judged and verified concurrently."""
     started = time.perf_counter()
     config = config or ProverConfig()
     check_protocol(judge, "judge", "propose", "success, failures, rules")
+    if progress is not None and not callable(progress):
+        raise ProtocolError(f"progress must be callable as progress(event); got {_described(progress)}")
     continuer = _continuer(env, policy, continue_from, config, executor)
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
@@ -299,9 +314,19 @@ async def acompute_bonus(
             )
 
     limit = asyncio.Semaphore(config.max_concurrency)
-    outcomes = await asyncio.gather(
-        *(_credit_group(gid, groups[gid], judge, continuer, config, limit, d) for gid, d in eligible)
-    )
+    clock = StageClock()
+    finished = 0
+
+    async def one(gid: str, direction: Direction) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
+        nonlocal finished
+        outcome = await _credit_group(gid, groups[gid], judge, continuer, config, limit, direction, clock)
+        finished += 1
+        _report_progress(Progress(finished, len(eligible), outcome[0], time.perf_counter() - started), progress)
+        return outcome
+
+    gathered_at = time.perf_counter()
+    outcomes = await asyncio.gather(*(one(gid, d) for gid, d in eligible))
+    concurrent = time.perf_counter() - gathered_at
     for (gid, _), (record, credit) in zip(eligible, outcomes, strict=True):
         records[gid] = record
         if credit is not None:
@@ -310,6 +335,7 @@ async def acompute_bonus(
     _warn_if_all_skipped([records[gid] for gid, _ in eligible])
     mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus)
     stats = getattr(judge, "stats", None)
+    total = time.perf_counter() - started
     report = Report(
         batch_warnings=mistakes,
         groups=[records[gid] for gid in groups],
@@ -317,12 +343,31 @@ async def acompute_bonus(
         rollout_turns=sum(t.num_turns for t in everyone),
         rollout_episodes=len(everyone),
         judge_stats=dict(stats()) if callable(stats) else {},
+        timings={
+            "propose": clock.wall("propose"),
+            "verify": clock.wall("verify"),
+            "credit": total - concurrent,
+            "total": total,
+        },
     )
     if logger.isEnabledFor(logging.INFO):
-        logger.info(_summary(report, time.perf_counter() - started))
+        logger.info(_summary(report, total))
     return BonusResult(
         trajectories={t.id: t for t in everyone}, advantages=advantages, turn_bonus=turn_bonus, report=report
     )
+
+
+def _report_progress(event: Progress, progress: ProgressFn | None) -> None:
+    """Log ``event`` at INFO and hand it to the host's ``progress`` callback; a callback that raises is
+    logged (with its traceback) and does not stop the step."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(format_progress(event))
+    if progress is None:
+        return
+    try:
+        progress(event)
+    except Exception:
+        logger.warning("the progress callback %r raised; the step goes on", progress, exc_info=True)
 
 
 def _summary(report: Report, seconds: float) -> str:
@@ -374,19 +419,22 @@ def compute_bonus(
     *,
     judge: Judge,
     env: RestorableEnv | None = None,
-    policy: Policy | None = None,
+    policy: Policy | PolicyFn | None = None,
     continue_from: ContinueFn | None = None,
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
+    progress: ProgressFn | None = None,
 ) -> BonusResult:
     """Propose, Verify, Credit over a batch of grouped trajectories.
 
-    Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`Policy`), or the
+    Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`Policy`, or a plain
+    function ``act(context) -> action``), or the
     low-level ``continue_from(trajectory, turn, seed)``, or an ``executor`` from
     :mod:`prover_core.executors` (e.g. a ``RayExecutor``) that runs continuations elsewhere.
     Safe to call from inside a running event loop, except with async objects bound to that loop
     (:class:`~prover_core.errors.EventLoopError`: use ``await acompute_bonus(...)`` there).
-    Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
+    ``progress(event)`` is called with a :class:`~prover_core.progress.Progress` as each eligible group
+    finishes. Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
     :class:`~prover_core.errors.ProtocolError` on objects that miss their protocol.
     """
     return run_sync(
@@ -398,5 +446,6 @@ def compute_bonus(
             continue_from=continue_from,
             config=config,
             executor=executor,
+            progress=progress,
         )
     )

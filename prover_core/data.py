@@ -118,6 +118,11 @@ class Trajectory(BaseModel):
     def num_turns(self) -> int:
         return len(self.turns)
 
+    @property
+    def token_end(self) -> int:
+        """Where the last token span ends (0 when no turn has one): the row length this trajectory needs."""
+        return max((turn.token_span[1] for turn in self.turns if turn.token_span is not None), default=0)
+
 
 class Segment(BaseModel):
     """Turns ``start..end`` (inclusive) of one trajectory."""

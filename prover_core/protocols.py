@@ -8,6 +8,7 @@ Stacks that own their agent loop can skip env and policy and hand ``compute_bonu
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -110,3 +111,34 @@ ContinueFn = Callable[[Trajectory, int, int], "bool | Outcome | Awaitable[bool |
 """The low-level hook: ``continue_from(trajectory, turn, seed)`` runs one continuation of the current
 policy from state ``s_turn`` of ``trajectory`` and returns its binary outcome (or an
 :class:`~prover_core.data.Outcome` that also counts the policy turns spent)."""
+
+PolicyFn = Callable[[PolicyContext], Any]
+"""A policy as a plain (or ``async``) function ``act(context) -> action``."""
+
+
+class FunctionPolicy:
+    """A :class:`Policy` whose ``act`` is the function ``fn`` (plain or ``async``, kept as it is, so an
+    async function still lets a batched engine batch the concurrent continuations)."""
+
+    def __init__(self, fn: PolicyFn) -> None:
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"FunctionPolicy({getattr(self.fn, '__qualname__', self.fn)!r})"
+
+    def act(self, context: PolicyContext) -> Any:
+        return self.fn(context)
+
+
+class _AsyncFunctionPolicy(FunctionPolicy):
+    async def act(self, context: PolicyContext) -> Any:
+        return await self.fn(context)
+
+
+def as_policy(policy: Policy | PolicyFn) -> Policy:
+    """``policy`` itself when it has an ``act`` method, else a plain function wrapped as one."""
+    if callable(getattr(policy, "act", None)) or not callable(policy):
+        return policy  # type: ignore[return-value]  # one without act is refused by the protocol check
+    if inspect.iscoroutinefunction(policy):
+        return _AsyncFunctionPolicy(policy)
+    return FunctionPolicy(policy)

@@ -14,6 +14,7 @@ Status = Literal["not_eligible", "declined", "skipped", "rejected", "accepted"]
 Stage = Literal["trigger", "propose", "verify", "credit"]
 Direction = Literal["gain", "drop"]
 FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
+TIMED_STAGES = ("propose", "verify", "credit", "total")
 FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error")
 
 
@@ -82,6 +83,9 @@ class Report(BaseModel):
     """Whatever the judge reports about itself (``judge.stats()``), e.g. tokens and retries."""
     batch_warnings: list[BatchWarning] = Field(default_factory=list)
     """Batch shapes and token spans that cannot be meant (:mod:`prover_core.batch_checks`), each logged once."""
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Wall seconds of the call by stage: ``propose``, ``verify``, ``credit``, ``total`` (see
+    :mod:`prover_core.progress`); logged as ``time/<stage>`` (0 where nothing was measured)."""
 
     def count(self, *statuses: Status) -> int:
         return sum(g.status in statuses for g in self.groups)
@@ -107,6 +111,7 @@ class Report(BaseModel):
         Everything about the judge is under ``judge/``: ``judge/propose_calls`` (how many groups it
         was asked about, any judge; formerly ``judge_calls``) and whatever the judge
         reports itself (``judge/<name>``, e.g. the LLM judge's ``judge/calls``, its HTTP requests).
+        ``time/propose``, ``time/verify``, ``time/credit`` and ``time/total``: wall seconds by stage.
         """
         gain = [g for g in self.groups if g.direction == "gain"]
         drop = [g for g in self.groups if g.direction == "drop"]
@@ -163,6 +168,7 @@ class Report(BaseModel):
         out.update({f"batch_warnings/{kind}": warned.get(kind, 0) for kind in WARNING_KINDS})
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
         out["judge/propose_calls"] = self.judge_calls
+        out.update({f"time/{stage}": self.timings.get(stage, 0.0) for stage in TIMED_STAGES})
         return {prefix + k: float(v) for k, v in out.items()}
 
     def summary(self) -> Mapping[str, int]:

@@ -73,3 +73,10 @@ def test_candidates_are_exactly_the_admissible_segments() -> None:
     assert got == {(0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (2, 3), (3, 3)}
     assert all(rules.violation(s, t) is None for s in rules.candidates(t))
     assert SegmentRules().candidates(make_trajectory("b", "g", True, ["a"])) == []
+
+
+def test_token_end_is_where_the_last_span_ends() -> None:
+    turns = (Turn(observation="o", action="a", token_span=(2, 5)), Turn(observation="o", action="b"))
+    assert Trajectory(id="t", group_id="g", turns=turns, success=True).token_end == 5
+    spanless = (Turn(observation="o", action="a"),)
+    assert Trajectory(id="t", group_id="g", turns=spanless, success=True).token_end == 0

@@ -356,7 +356,7 @@ def test_credit_on_a_turn_with_an_empty_token_span_is_reported(caplog: pytest.Lo
 @pytest.mark.parametrize(
     "kwargs, text",
     [
-        (dict(env=SnapshotEnv(KeyRoom), policy=lambda context: "wait"), "policy"),
+        (dict(env=SnapshotEnv(KeyRoom), policy="wait"), "policy"),  # a function is a policy; a string is not
         (dict(env=KeyRoom(), policy=Wait()), "ReplayEnv"),
         (dict(continue_from="not callable"), "continue_from"),
         (dict(executor=object()), "executor"),

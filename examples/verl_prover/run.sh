@@ -3,9 +3,11 @@
 # and vLLM (see docs/adapters/verl.md, "What was run"). Usage: examples/verl_prover/run.sh [more overrides]
 #
 # data: parquet files in verl's RL format whose rows carry extra_info.seed (the FrozenLake episode) and a
-# prompt column (unused by the spec's prompt, required by verl's dataset).
+# prompt column (unused by the spec's prompt, required by verl's dataset); make_data.py writes them, once.
 set -euo pipefail
-export VERL_USE_EXTERNAL_MODULES=prover_verl.plugin   # or rely on prover-core's verl.plugins entry point
+DATA="${DATA:-$HOME/data/frozenlake}"
+[ -f "$DATA/train.parquet" ] || python3 "$(dirname "$0")/make_data.py" --out "$DATA"
+export VERL_USE_EXTERNAL_MODULES=prover_verl.plugin   # or rely on prover-verl's verl.plugins entry point
 export PYTHONPATH="$(cd "$(dirname "$0")" && pwd):${PYTHONPATH:-}"   # frozenlake_spec importable in every worker
 
 python3 -m verl.trainer.main_ppo \
@@ -26,8 +28,8 @@ python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 \
   actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
-  data.train_files="$HOME/data/frozenlake/train.parquet" \
-  data.val_files="$HOME/data/frozenlake/test.parquet" \
+  data.train_files="$DATA/train.parquet" \
+  data.val_files="$DATA/test.parquet" \
   data.train_batch_size=16 \
   trainer.n_gpus_per_node=8 \
   trainer.nnodes=1 \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from prover_core.protocols import Judge
 from prover_core.record import record_episode
 from prover_core.report import Report
 from prover_core.restore import SnapshotEnv
+from prover_core.text import shorten
 
 
 def word_count(text: object) -> int:
@@ -92,19 +94,21 @@ def run_demo(
     return DemoRun(mdp, trajectories, result, judge)
 
 
-def skip_reasons(report: Report, width: int = 300) -> list[tuple[str, int]]:
+def skip_reasons(report: Report) -> list[tuple[str, int]]:
     """``(stage: reason, count)`` over the skipped groups, most frequent first (ties: by text)."""
-    counts = Counter(f"{g.stage}: {g.reason}"[:width] for g in report.groups if g.status == "skipped")
+    counts = Counter(" ".join(f"{g.stage}: {g.reason}".split()) for g in report.groups if g.status == "skipped")
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
-def render_skips(report: Report, shown: int = 5) -> list[str]:
-    """Lines saying why groups were skipped (each keeps its GRPO credit); empty when none was."""
+def render_skips(report: Report, shown: int = 5, width: int = 100) -> list[str]:
+    """Lines saying why groups were skipped (each keeps its GRPO credit), wrapped at ``width``; empty
+    when none was."""
     reasons = skip_reasons(report)
     if not reasons:
         return []
     lines = [f"Skipped groups, by reason (each keeps its GRPO credit): {report.count('skipped')}"]
-    lines += [f"  {n} x {reason}" for reason, n in reasons[:shown]]
+    for reason, n in reasons[:shown]:
+        lines += textwrap.wrap(f"{n} x {reason}", width, initial_indent="  ", subsequent_indent="      ")
     if len(reasons) > shown:
         lines.append(f"  ... {sum(n for _, n in reasons[shown:])} more with {len(reasons) - shown} other reasons")
     return lines
@@ -140,7 +144,7 @@ def render(run: DemoRun) -> str:
         lines += [
             "",
             f"Group {g.group_id}: {g.successes}/{g.size} succeeded; representative {traj.id} ({traj.num_turns} turns)",
-            f"Judge: turns {seg.start}..{seg.end}: {g.proposal.rationale}",
+            *textwrap.wrap(f"Judge: turns {seg.start}..{seg.end}: {g.proposal.rationale}", 100, subsequent_indent="  "),
             f"Verify: pre {ver.pre_successes}/{ver.pre_count}, post {ver.post_successes}/{ver.post_count}, "
             f"Delta = {ver.delta:+.3f} (exact V(s_post) - V(s_pre) = {exact:+.3f}) -> {g.status}",
             "",
@@ -150,8 +154,9 @@ def render(run: DemoRun) -> str:
         for t, turn in enumerate(traj.turns):
             mark = " <" if seg.start <= t <= seg.end else ""
             lines.append(
-                f"{t:>4}  {str(turn.observation)[:58]:<58} {turn.action!s:<12} {r.advantages[traj.id]:>+7.3f} "
-                f"{r.turn_bonus[traj.id][t]:>7.3f} {adv[t]:>+8.3f} {values[t]:>7.3f}{mark}"
+                f"{t:>4}  {shorten(turn.observation, 58):<58} {shorten(turn.action, 12):<12} "
+                f"{r.advantages[traj.id]:>+7.3f} {r.turn_bonus[traj.id][t]:>7.3f} {adv[t]:>+8.3f} "
+                f"{values[t]:>7.3f}{mark}"
             )
     if errors:
         mae = sum(abs((g.verification.delta if g.verification else 0.0) - ex) for g, ex in errors) / len(errors)

@@ -133,10 +133,16 @@ class AnchorJudge:
             if hi - lo + 1 <= rules.max_turns:
                 start, end = lo, hi
         action = success.turns[top.turn].action
+        went_on = (  # counts, not a ratio: 1/q from n = 0 runs would read as a measured jump
+            "none of them reached the next observation"
+            if top.went_on == 0
+            else f"{top.went_on} of them reached the next observation "
+            f"(success rate 1/{top.visited + 1} there, 1/{top.went_on + 1} after)"
+        )
         return Proposal(
             segment=Segment(trajectory_id=success.id, start=start, end=end),
             rationale=(
                 f"turn {top.turn}: {top.visited} failed run(s) stood at the same observation, {top.took} chose "
-                f"{action!r} (p={top.p:.2f}), {top.went_on} reached the next one (rate jump x{1 / top.q:.1f})"
+                f"{action!r} (p={top.p:.2f}); {went_on}"
             ),
         )

@@ -242,6 +242,8 @@ def test_trainer_maker_finds_the_engines_and_verifies_on_them_token_exactly(clus
     # ProVer's figures ride in Experience.info through OpenRLHF's own split into replay-buffer items.
     assert result["metrics"]["prover/groups_accepted"] == accepted
     assert result["metrics"]["prover/engine_failures"] == 0
+    times = result["metrics"]
+    assert 0 < times["prover/time/verify"] <= times["prover/time/total"] <= times["prover/time_s"]  # stage times
     for item in result["split_info"]:
         assert item["prover/groups_accepted"] == accepted
         assert item["prover/engine_calls"] == sum(expected.values())

@@ -156,6 +156,10 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
     assert [log["prover/groups_accepted"] for log in logged] == [1.0, 1.0]
     assert all(log["prover/bonus_tokens"] >= 1 and log["prover/continuation_tokens"] > 0 for log in logged)
     assert [log["prover/continuation_share"] for log in logged] == [2 * K / G] * 2  # 2K continuations / G episodes
+    # per-stage wall times (prover_core.progress): verification ran, and no stage outlasts the whole call
+    assert all(0 < log["prover/time/verify"] <= log["prover/time/total"] for log in logged)
+    for stage in ("propose", "credit"):
+        assert all(0 <= log[f"prover/time/{stage}"] <= log["prover/time/total"] for log in logged)
 
 
 @pytest.fixture(scope="module")

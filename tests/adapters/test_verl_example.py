@@ -1,5 +1,6 @@
 """The worked launch (examples/verl_prover/run.sh): its Hydra overrides compose with verl 0.9.1's own config
-and pass ProVer's start-up check (the run itself needs GPUs and vLLM; it was not run)."""
+and pass ProVer's start-up check, and the data it trains on is made by make_data.py (the run itself needs
+GPUs and vLLM; it was not run)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def overrides() -> list[str]:
     script = (EXAMPLE / "run.sh").read_text()
     command = script[script.index("python3 -m verl.trainer.main_ppo") : script.index('"$@"')]
     args = shlex.split(command.replace("\\\n", " "), comments=False)
-    return [a.replace("$HOME", "/home/user") for a in args[3:]]
+    return [a.replace("$DATA", "/home/user/data/frozenlake") for a in args[3:]]
 
 
 def test_the_launch_overrides_compose_and_pass_the_start_up_check() -> None:
@@ -41,3 +42,23 @@ def test_the_launch_overrides_compose_and_pass_the_start_up_check() -> None:
         assert spec_class(config).__name__ == "FrozenLakeSpec"
     finally:
         sys.path.remove(str(EXAMPLE))
+
+
+def test_make_data_writes_the_parquet_files_the_launch_reads(tmp_path: Path) -> None:
+    import datasets
+
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from frozenlake_spec import FrozenLakeSpec
+        from make_data import main
+
+        train, test = main(["--out", str(tmp_path), "--train", "5", "--test", "2"])
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    script = (EXAMPLE / "run.sh").read_text()
+    assert 'make_data.py" --out "$DATA"' in script and 'data.train_files="$DATA/train.parquet"' in script
+    rows = datasets.Dataset.from_parquet(str(train))
+    assert len(rows) == 5 and len(datasets.Dataset.from_parquet(str(test))) == 2
+    assert rows[3]["prompt"][0]["role"] == "user" and rows[3]["extra_info"]["seed"] == 3
+    spec = FrozenLakeSpec.reset_spec(FrozenLakeSpec.__new__(FrozenLakeSpec), rows[3])  # the row as the loop sees it
+    assert spec == FrozenLakeSpec.reset_spec(FrozenLakeSpec.__new__(FrozenLakeSpec), {"extra_info": {"seed": 3}})

@@ -486,6 +486,7 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
     delta = expected_delta("uidtrain_0")
     assert delta > 0
     assert metrics["prover/groups_accepted"] == 1.0
+    assert 0 < metrics["prover/time/verify"] <= metrics["prover/time/total"]  # per-stage wall times are logged
     data = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages", "response_mask"])
     adv = data["advantages"].to_padded_tensor(padding=0.0)
     mask = data["response_mask"].to_padded_tensor(padding=0).float()

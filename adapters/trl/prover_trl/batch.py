@@ -128,15 +128,20 @@ def owners(trajectories: Sequence[Trajectory | None], rows_per_process: int, con
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:
-    """One report from the per-process reports (groups concatenated, counts and judge stats summed)."""
+    """One report from the per-process reports (groups concatenated, counts and judge stats summed;
+    stage times are the longest of any process, as the processes verify at the same time)."""
     stats: dict[str, float] = {}
+    timings: dict[str, float] = {}
     for r in reports:
         for k, v in r.judge_stats.items():
             stats[k] = stats.get(k, 0.0) + v
+        for k, v in r.timings.items():
+            timings[k] = max(timings.get(k, 0.0), v)
     return Report(
         groups=[g for r in reports for g in r.groups],
         judge_calls=sum(r.judge_calls for r in reports),
         rollout_turns=sum(r.rollout_turns for r in reports),
         rollout_episodes=sum(r.rollout_episodes for r in reports),
         judge_stats=stats,
+        timings=timings,
     )
