@@ -575,7 +575,8 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
     expected[0, 4] += LAM * delta  # turn 1 of session 0: response token 4
     torch.testing.assert_close(adv, expected)
     step_metrics: dict[str, Any] = {}  # verl's own step metrics read the tags' weights versions as ints
-    trainer._compute_metrics(KVBatchMeta(keys=keys, tags=tags, partition_id="train"), step_metrics, {}, 5, 0)
+    batch = KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+    trainer._compute_metrics(batch, step_metrics, {"step": 1.0}, 5, 0)
     assert step_metrics["training/off_policy/trajectory_staleness/max"] == 4
 
     # every continuation's context starts with the recorded tokens before its boundary, exactly
