@@ -177,12 +177,12 @@ def cluster() -> Any:
     uninstall()
 
 
-async def _sleeping(actor: Any) -> bool:
-    return bool(await actor.llm.is_sleeping())
+def _sleeping(actor: Any) -> bool:
+    return actor.llm.awake != {"weights", "kv_cache"}  # the stand-in engine's state (is_sleeping is async)
 
 
 def asleep(engine: Any) -> bool:
-    """The engine actor's ``llm.is_sleeping()`` (a request would not tell: a sleeping vLLM queues it)."""
+    """Whether the engine actor's stand-in vLLM sleeps (a request would not tell: a sleeping vLLM queues it)."""
     return bool(ray.get(engine.__ray_call__.remote(_sleeping)))
 
 
