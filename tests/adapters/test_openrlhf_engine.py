@@ -277,8 +277,13 @@ def test_engines_left_asleep_time_out_into_a_recorded_skip_and_grpo_credit_is_in
         assert torch.equal(exp.advantages, ref.advantages)
         assert float(exp.info[BONUS_INFO_KEY].abs().sum()) == 0.0
     engine_mod.RolloutEngines(cluster.engines).call_all("wake_up")  # the queued requests are served now
+    deadline = time.monotonic() + 60
+    while (
+        sum(ray.get([e.get_num_unfinished_requests.remote() for e in cluster.engines])) and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
     engine_mod.RolloutEngines(cluster.engines).call_all("sleep")
-    ray.get(cluster.log.take.remote())
+    assert len(ray.get(cluster.log.take.remote())) == 32
 
 
 def test_rollout_engines_send_token_ids_seed_and_budget(cluster: Any) -> None:
