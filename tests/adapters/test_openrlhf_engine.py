@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import os
 import sys
+import time
 from collections import Counter
 from types import SimpleNamespace as NS
 from typing import Any
@@ -45,8 +47,8 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController  # noqa: 
 
 from prover_core import DivergenceJudge, ProverConfig  # noqa: E402
 from prover_core.credit import mask_runs  # noqa: E402
-from prover_core.engine import SamplingParams  # noqa: E402
-from prover_core.errors import ContinuationLimitError, EngineError  # noqa: E402
+from prover_core.engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
+from prover_core.errors import ContinuationLimitError, EngineTimeoutError  # noqa: E402
 from prover_openrlhf import engine as engine_mod  # noqa: E402
 from prover_openrlhf import launch  # noqa: E402
 from prover_openrlhf.experience_maker import BONUS_INFO_KEY, ProverExperienceMaker  # noqa: E402
@@ -61,6 +63,7 @@ AGENT_FILE = os.path.join(REPO, "tests", "adapters", "openrlhf_agent.py")
 MODEL = "tests.adapters.openrlhf_stand_in:key_door_model"
 N = 4  # n_samples_per_prompt
 MAX_LEN = 200  # data.max_len
+MAX_NEW = 16  # rollout.max_new_tokens, as in the shipped example: the multi-turn executor ignores it per action
 LAM = 0.5
 TAKE, HOLD = "take key", "You hold the key.\n"
 
@@ -73,7 +76,7 @@ def make_args(enable_sleep: bool = True) -> Any:
             kl=NS(use_loss=False, estimator="k1", init_coef=0.0, target=None),
             dynamic_filtering_enable=False,
         ),
-        rollout=NS(n_samples_per_prompt=N, batch_size=2, micro_batch_size=4, max_new_tokens=None, temperature=1.0),
+        rollout=NS(n_samples_per_prompt=N, batch_size=2, micro_batch_size=4, max_new_tokens=MAX_NEW, temperature=1.0),
         reward=NS(clip_range=None, overlong_buffer_len=None, stop_properly_penalty_coef=None),
         train=NS(dynamic_batch_enable=False),
         data=NS(max_len=MAX_LEN),
@@ -83,7 +86,7 @@ def make_args(enable_sleep: bool = True) -> Any:
     )
 
 
-GENERATE_KWARGS = dict(do_sample=True, max_len=MAX_LEN, max_new_tokens=None, temperature=1.0, top_p=1.0)
+GENERATE_KWARGS = dict(do_sample=True, max_len=MAX_LEN, max_new_tokens=MAX_NEW, temperature=1.0, top_p=1.0)
 PROMPT_BATCHES = [("ds", [p], [""], [None]) for p in stand_in.PROMPTS]
 
 
@@ -174,18 +177,13 @@ def cluster() -> Any:
     uninstall()
 
 
-def fake_params(**kwargs: Any) -> Any:
-    from vllm import SamplingParams as VLLMSamplingParams  # the stand-in's
-
-    return VLLMSamplingParams(**kwargs)
+def _sleeping(actor: Any) -> bool:
+    return actor.llm.awake != {"weights", "kv_cache"}  # the stand-in engine's state (is_sleeping is async)
 
 
 def asleep(engine: Any) -> bool:
-    try:
-        ray.get(engine.generate.remote([5], fake_params(max_tokens=1)))
-    except Exception as exc:
-        return "sleeping" in str(exc)
-    return False
+    """Whether the engine actor's stand-in vLLM sleeps (a request would not tell: a sleeping vLLM queues it)."""
+    return bool(ray.get(engine.__ray_call__.remote(_sleeping)))
 
 
 def test_trainer_maker_finds_the_engines_and_verifies_on_them_token_exactly(cluster: Any) -> None:
@@ -211,7 +209,10 @@ def test_trainer_maker_finds_the_engines_and_verifies_on_them_token_exactly(clus
         assert text == prompt + TAKE + HOLD + "open door" + "The door opens.\n"
         prompt_of[i] = prompt
 
-    # Every continuation request, exactly: token ids, per-request seed, max_tokens.
+    # The rollout's own requests (OpenRLHF's executor, no seed): each action gets the room left, not MAX_NEW.
+    rollout_requests = [(ids, mt) for ids, seed, mt in requests if seed is None]
+    assert rollout_requests and all(mt == MAX_LEN - len(ids) > MAX_NEW for ids, mt in rollout_requests)
+    # Every continuation request, exactly: token ids, per-request seed, max_tokens (the executor's rule).
     continuation = Counter((tuple(ids), seed, mt) for ids, seed, mt in requests if seed is not None)
     expected: Counter[tuple[tuple[int, ...], int, int]] = Counter()
     for i in successes:
@@ -254,12 +255,14 @@ def test_trainer_maker_finds_the_engines_and_verifies_on_them_token_exactly(clus
     assert all(asleep(e) for e in cluster.engines)
 
 
-def test_engine_failure_is_a_recorded_skip_and_grpo_credit_is_intact(cluster: Any) -> None:
-    """Engines asleep but the maker told they are not (enable_sleep off): every request fails in the engine."""
+def test_engines_left_asleep_time_out_into_a_recorded_skip_and_grpo_credit_is_intact(cluster: Any) -> None:
+    """Engines asleep but the maker told they are not (enable_sleep off): vLLM queues every request until a
+    ``wake_up`` that never comes, so each continuation runs into the policy's time limit: a recorded skip."""
     args = make_args(enable_sleep=False)
     samples = rollout(make_args(enable_sleep=True), cluster.engines)  # records go to the job-wide store
     # the setup comes from PROVER_OPENRLHF_SETUP (make_setup), the engines from the launcher's registry
     maker = ProverExperienceMaker(None, None, None, None, FixedKLController(0.0), NS(args=args), NS(pad_token_id=1))
+    maker._prover = dataclasses.replace(maker.prover, policy=engine_mod.engine_policy(maker, timeout_s=1.0))
     experiences = without_model_forward(maker, samples)
     stock = STOCK.compute_advantages_and_returns(maker, copy.deepcopy(experiences))
     ray.get(cluster.log.take.remote())
@@ -271,10 +274,18 @@ def test_engine_failure_is_a_recorded_skip_and_grpo_credit_is_intact(cluster: An
         assert g.verification is not None and g.verification.failed_continuations == 16
     assert maker.last_metrics["prover/engine_failures"] == maker.last_metrics["prover/engine_calls"] == 32
     assert maker.last_metrics["prover/groups_skipped"] == 2
-    assert ray.get(cluster.log.take.remote()) == []  # the model never ran: the engine refused while asleep
+    assert ray.get(cluster.log.take.remote()) == []  # the model never ran: the requests wait in the engine
     for exp, ref in zip(credited, stock, strict=True):
         assert torch.equal(exp.advantages, ref.advantages)
         assert float(exp.info[BONUS_INFO_KEY].abs().sum()) == 0.0
+    engine_mod.RolloutEngines(cluster.engines).call_all("wake_up")  # the queued requests are served now
+    deadline = time.monotonic() + 60
+    while (
+        sum(ray.get([e.get_num_unfinished_requests.remote() for e in cluster.engines])) and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    engine_mod.RolloutEngines(cluster.engines).call_all("sleep")
+    assert len(ray.get(cluster.log.take.remote())) == 32
 
 
 def test_rollout_engines_send_token_ids_seed_and_budget(cluster: Any) -> None:
@@ -300,5 +311,10 @@ def test_rollout_engines_send_token_ids_seed_and_budget(cluster: Any) -> None:
     assert ray.get(cluster.log.take.remote()) == [(prompt, 4, 3), (prompt, 6, 17), (long_prompt, 3, 3)]
     assert all(asleep(e) for e in cluster.engines)
     assert sorted(engines.requests) == [1, 2]  # spread over both engines
-    with pytest.raises(EngineError, match="sleeping"):
-        asyncio.run(engines.generate(prompt, SamplingParams(seed=2)))
+    policy = EnginePolicy(engines, TokenStore(), render_observation=list, timeout_s=1.0)
+    with pytest.raises(EngineTimeoutError):  # asleep: vLLM queues the request, it never answers
+        asyncio.run(policy.generate(prompt, SamplingParams(seed=2)))
+    assert ray.get(cluster.log.take.remote()) == []
+    with engines.awake(sleep_after=True):  # woken, the queued request is served
+        time.sleep(0.5)
+    assert [(ids, seed) for ids, seed, _ in ray.get(cluster.log.take.remote())] == [(prompt, 2)]

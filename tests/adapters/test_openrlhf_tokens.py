@@ -201,23 +201,38 @@ def test_a_failing_engine_skips_the_group_and_keeps_openrlhf_advantages() -> Non
 
 def test_vllm_sampling_fields() -> None:
     params = SamplingParams(
-        max_tokens=64, temperature=0.7, top_p=0.9, seed=11, stop_token_ids=(2, 3), extra={"top_k": 5}
+        max_tokens=64, temperature=0.7, top_p=0.9, top_k=5, min_p=0.1, seed=11, stop_token_ids=(2, 3), extra={"x": 1}
     )
     assert to_vllm_kwargs(params, budget=40) == {
+        "x": 1,
         "n": 1,
         "temperature": 0.7,
         "top_p": 0.9,
+        "top_k": 5,
+        "min_p": 0.1,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
         "max_tokens": 40,
         "seed": 11,
         "stop_token_ids": [2, 3],
-        "top_k": 5,
     }
     assert to_vllm_kwargs(SamplingParams(max_tokens=8))["max_tokens"] == 8
     assert to_vllm_kwargs(SamplingParams())["stop_token_ids"] is None
-    args = NS(rollout=NS(max_new_tokens=None, temperature=0.6, top_p=0.95), data=NS(max_len=300))
-    assert rollout_sampling(args) == SamplingParams(
-        max_tokens=300, temperature=0.6, top_p=0.95, extra={"top_k": -1, "min_tokens": 1, "skip_special_tokens": False}
+    assert to_vllm_kwargs(SamplingParams())["top_k"] == -1  # "off" as OpenRLHF spells it for vLLM
+    from vllm import SamplingParams as VLLMSamplingParams  # every field is one vLLM's SamplingParams takes
+
+    VLLMSamplingParams(**to_vllm_kwargs(rollout_sampling(NS(rollout=NS(), data=NS(max_len=30))), budget=5))
+
+
+def test_rollout_sampling_gives_every_action_the_room_left_as_the_multi_turn_executor_does() -> None:
+    """OpenRLHF's executor: ``max_tokens = max_len - len(ids)`` per action, whatever ``max_new_tokens`` says."""
+    args = NS(rollout=NS(max_new_tokens=16, temperature=0.6, top_p=0.95), data=NS(max_len=300))
+    sampling = rollout_sampling(args)
+    assert sampling == SamplingParams(
+        max_tokens=300, temperature=0.6, top_p=0.95, extra={"min_tokens": 1, "skip_special_tokens": False}
     )
+    assert to_vllm_kwargs(sampling, budget=300 - 200)["max_tokens"] == 100  # not 16
 
 
 def test_request_output_becomes_a_generation() -> None:

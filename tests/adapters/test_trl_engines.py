@@ -52,6 +52,7 @@ def _reset(served: tuple[LoopbackVLLM, Any]) -> None:
     server, _ = served
     server.requests.clear()
     server.fail_next, server.delay_s, server.mangle_prompts = False, 0.0, False
+    server.generation_config, server.max_in_flight = {}, 0
 
 
 def _reference_logprobs(model: Any, prompt: list[int], tokens: list[int]) -> list[float]:
@@ -68,23 +69,64 @@ def test_server_engine_sends_the_exact_ids_and_seed_and_returns_real_logprobs(
     server, client = served
     engine = VLLMServerEngine(client)
     prompt = tokenizer.encode("enter hall door", add_special_tokens=False)
-    params = SamplingParams(max_tokens=4, temperature=1.0, seed=7, stop_token_ids=(3,), extra={"top_k": 0})
-    first = engine.generate(prompt, params)
+    params = SamplingParams(max_tokens=4, temperature=1.0, seed=7, stop_token_ids=(3,))
+    first = engine.generate_blocking(prompt, params)
     (request,) = server.requests
     assert request["prompt"] == [prompt] and request["n"] == 1 and request["seed"] == 7
     assert request["stop_token_ids"] == [3] and request["max_tokens"] == 4 and request["logprobs"] == 0
+    assert {k: request[k] for k in params.distribution()} == params.distribution()  # the complete distribution
     assert 1 <= len(first.token_ids) <= 4 and first.logprobs is not None
     assert first.logprobs == pytest.approx(_reference_logprobs(server.model, prompt, list(first.token_ids)), abs=1e-5)
-    assert engine.generate(prompt, params).token_ids == first.token_ids  # the seed makes the draw reproducible
-    draws = {engine.generate(prompt, params.with_seed(s)).token_ids for s in range(8)}
+    assert engine.generate_blocking(prompt, params).token_ids == first.token_ids  # the seed: reproducible draws
+    draws = {engine.generate_blocking(prompt, params.with_seed(s)).token_ids for s in range(8)}
     assert len(draws) > 1  # different seeds, different draws
+
+
+def test_server_defaults_never_replace_the_rollouts_distribution(
+    served: tuple[LoopbackVLLM, Any], tokenizer: Any
+) -> None:
+    """vLLM fills fields a request leaves out from the model's generation_config (here top_k=1: greedy).
+    The engine sends every field, so the rollout's top_k=0 holds and seeds still give different draws."""
+    server, client = served
+    server.generation_config = {"top_k": 1}
+    engine = VLLMServerEngine(client)
+    prompt = tokenizer.encode("enter hall door", add_special_tokens=False)
+    draws = {engine.generate_blocking(prompt, SamplingParams(max_tokens=4, seed=s)).token_ids for s in range(8)}
+    assert len(draws) > 1 and all(r["top_k"] == 0 for r in server.requests)
+    server.requests.clear()
+    body = {"prompt": [prompt], "max_tokens": 4, "return_token_ids": True, "return_tokens_as_token_ids": True}
+    without = {  # a request that leaves top_k out samples with the server's default: one greedy draw
+        tuple(
+            client.session.post(f"{server.url}/v1/completions", json={**body, "seed": s}).json()["choices"][0][
+                "token_ids"
+            ]
+        )
+        for s in range(4)
+    }
+    assert len(without) == 1
+
+
+def test_server_engine_keeps_max_concurrency_requests_in_flight(served: tuple[LoopbackVLLM, Any]) -> None:
+    """asyncio's default executor (``min(32, cpu_count + 4)`` threads) would cap the requests in flight;
+    the engine's own pool keeps ``max_concurrency`` of them at the server."""
+    server, client = served
+    server.delay_s = 0.5
+    policy = EnginePolicy(
+        VLLMServerEngine(client, max_workers=40), TokenStore(), render_observation=list, max_concurrency=40
+    )
+
+    async def run() -> None:
+        await asyncio.gather(*(policy.generate([4, 5, i % 7 + 4], SamplingParams(max_tokens=1)) for i in range(40)))
+
+    asyncio.run(run())
+    assert server.max_in_flight == 40 > min(32, (os.cpu_count() or 1) + 4)
 
 
 def test_server_engine_refuses_a_server_that_re_tokenised_the_prompt(served: tuple[LoopbackVLLM, Any]) -> None:
     server, client = served
     server.mangle_prompts = True
     with pytest.raises(EngineError, match="exact prompt token ids"):
-        VLLMServerEngine(client).generate([4, 5, 6], SamplingParams(max_tokens=2))
+        VLLMServerEngine(client).generate_blocking([4, 5, 6], SamplingParams(max_tokens=2))
 
 
 def _lucky(tokens: TokenStore) -> Trajectory:
@@ -166,13 +208,21 @@ class _Logprob(SimpleNamespace):
 
 
 class _FakeLLM:
-    """``vllm.LLM``'s ``generate(prompts, sampling_params=list, use_tqdm=False)``, ``wake_up`` and ``sleep``."""
+    """``vllm.LLM``'s ``generate(prompts, sampling_params=list, use_tqdm=False)``, ``wake_up`` and ``sleep``.
 
-    def __init__(self) -> None:
+    vLLM 0.29 pauses its scheduler while asleep and queues new requests until ``wake_up``; ``LLM.generate``
+    (synchronous) would wait for ever. Here that raises :class:`_WouldHang` instead of hanging the test.
+    Left out: real sampling (outputs are a function of the prompt and seed), EOS, ``max_model_len``.
+    """
+
+    def __init__(self, asleep: bool = False) -> None:
         self.calls: list[tuple[list[Any], list[Any]]] = []
         self.events: list[str] = []
+        self.awake: set[str] = set() if asleep else {"weights", "kv_cache"}
 
     def generate(self, prompts: list[Any], sampling_params: list[Any], use_tqdm: bool) -> list[Any]:
+        if self.awake != {"weights", "kv_cache"}:
+            raise _WouldHang(f"LLM.generate on a sleeping engine (awake: {sorted(self.awake)}) never returns")
         self.events.append("generate")
         self.calls.append((prompts, sampling_params))
         out = []
@@ -187,20 +237,37 @@ class _FakeLLM:
         return out
 
     def wake_up(self, tags: list[str]) -> None:
+        self.awake.update(tags)
         self.events.append(f"wake:{','.join(tags)}")
 
     def sleep(self, level: int) -> None:
+        self.awake.clear()
         self.events.append(f"sleep:{level}")
+
+
+class _WouldHang(RuntimeError):
+    pass
+
+
+def _colocated(llm: _FakeLLM, sleep_mode: bool) -> Any:
+    """TRL's ``VLLMGeneration`` as the engine uses it: ``sync_weights`` wakes the weights and pushes them."""
+    generation = SimpleNamespace(
+        mode="colocate", tensor_parallel_size=1, llm=llm, enable_sleep_mode=sleep_mode, _llm_weights_sleeping=sleep_mode
+    )
+
+    def sync_weights() -> None:
+        llm.wake_up(["weights"])
+        llm.events[-1] = "sync"
+        generation._llm_weights_sleeping = False
+
+    generation.sync_weights = sync_weights
+    return generation
 
 
 @pytest.mark.parametrize("sleep_mode", [False, True])
 def test_colocate_engine_batches_one_tick_with_a_seed_per_context(sleep_mode: bool) -> None:
-    llm = _FakeLLM()
-    synced: list[int] = []
-    generation = SimpleNamespace(
-        mode="colocate", tensor_parallel_size=1, llm=llm, enable_sleep_mode=sleep_mode, _llm_weights_sleeping=sleep_mode
-    )
-    generation.sync_weights = lambda: (synced.append(1), llm.events.append("sync"))
+    llm = _FakeLLM(asleep=sleep_mode)
+    generation = _colocated(llm, sleep_mode)
     engine = VLLMColocateEngine(generation, sampling_class=SimpleNamespace)
 
     async def run() -> list[Any]:
@@ -218,7 +285,67 @@ def test_colocate_engine_batches_one_tick_with_a_seed_per_context(sleep_mode: bo
     if sleep_mode:
         assert llm.events == ["sync", "wake:kv_cache", "generate", "sleep:2"] and generation._llm_weights_sleeping
     else:
-        assert llm.events == ["generate"] and not synced
+        assert llm.events == ["generate"] and engine.weight_syncs == 0
+
+
+def test_colocate_session_pushes_the_weights_once_for_all_batches_of_a_verification() -> None:
+    """Without a session every flush of continuation calls re-streams all weights (sleep level 2 drops them)."""
+    llm = _FakeLLM(asleep=True)
+    generation = _colocated(llm, True)
+    engine = VLLMColocateEngine(generation, sampling_class=SimpleNamespace)
+
+    async def three_batches() -> None:
+        for j in range(3):  # one action after another: three event-loop ticks, three batches
+            await engine.generate([10, j], SamplingParams(max_tokens=2, seed=j))
+
+    asyncio.run(three_batches())
+    assert engine.weight_syncs == 3 and llm.events.count("sync") == 3
+    llm.events.clear()
+    with engine.session():
+        asyncio.run(three_batches())
+        assert llm.awake == {"weights", "kv_cache"}
+    assert engine.batches == 6 and engine.weight_syncs == 4
+    assert llm.events == ["sync", "wake:kv_cache", "generate", "generate", "generate", "sleep:2"]
+    assert generation._llm_weights_sleeping and not llm.awake
+
+
+def test_the_colocate_double_would_hang_on_a_sleeping_engine() -> None:
+    """What the adapter must avoid: generating on the asleep engine without waking it first."""
+    llm = _FakeLLM(asleep=True)
+    with pytest.raises(_WouldHang):
+        llm.generate([{"prompt_token_ids": [1]}], [SimpleNamespace(seed=1)], use_tqdm=False)
+
+
+def test_trainer_sampling_reads_the_trainer_and_its_generation_kwargs_in_one_place() -> None:
+    from prover_trl.engines import trainer_sampling
+
+    trainer = SimpleNamespace(
+        temperature=0.8,
+        top_p=0.9,
+        top_k=None,
+        min_p=None,
+        repetition_penalty=1.1,
+        max_completion_length=12,
+        args=SimpleNamespace(generation_kwargs=None),
+    )
+    assert trainer_sampling(trainer) == SamplingParams(
+        max_tokens=12, temperature=0.8, top_p=0.9, top_k=0, min_p=0.0, repetition_penalty=1.1
+    )
+    trainer.args.generation_kwargs = {"top_k": -1, "presence_penalty": 0.5, "seed": 3, "max_tokens": 20, "x": 1}
+    assert trainer_sampling(trainer) == SamplingParams(
+        max_tokens=20, temperature=0.8, top_p=0.9, repetition_penalty=1.1, presence_penalty=0.5, extra={"x": 1}
+    )
+    assert trainer_sampling(trainer, max_tokens=5).max_tokens == 5
+
+
+def test_ddp_timeout_note() -> None:
+    from prover_trl.trainer import ddp_timeout_note
+
+    assert ddp_timeout_note(1000.0, 1800, 2, "main") is not None and "ddp_timeout=1800" in str(
+        ddp_timeout_note(1000.0, 1800, 2, "main")
+    )
+    assert ddp_timeout_note(800.0, 1800, 2, "main") is None  # within half of it
+    assert ddp_timeout_note(5000.0, 1800, 1, "main") is None  # nobody waits
 
 
 def test_colocate_engine_refuses_tensor_parallelism() -> None:
@@ -261,11 +388,9 @@ def test_the_default_policy_follows_the_trainer_backend() -> None:
     assert isinstance(server, EnginePolicy) and isinstance(server.engine, VLLMServerEngine)
     assert server.max_concurrency == 7
     assert server.sampling == SamplingParams(
-        max_tokens=12,
-        temperature=0.7,
-        top_p=0.9,
-        extra={"top_k": 5, "min_p": 0.0, "repetition_penalty": 1.0, "seed_offset": 3},
+        max_tokens=12, temperature=0.7, top_p=0.9, top_k=5, min_p=0.0, repetition_penalty=1.0, extra={"seed_offset": 3}
     )
+    assert server.engine.max_workers == 7
     assert ProverGRPOTrainer._default_policy(_fake_trainer(True, "server", 4, main=False)) is None  # no client there
     colocate = ProverGRPOTrainer._default_policy(_fake_trainer(True, "colocate", 4, main=False))
     assert isinstance(colocate, EnginePolicy) and isinstance(colocate.engine, VLLMColocateEngine)

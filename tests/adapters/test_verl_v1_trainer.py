@@ -39,6 +39,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.checkpoint_engine import CheckpointEngineManager  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ  # noqa: E402
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
@@ -124,7 +125,11 @@ class CorridorSpec(ProverSpec):
 
 @ray.remote
 class LoopbackServer:
-    """A replica server: ``generate`` with the signature of verl's vLLM server (token ids in and out)."""
+    """A replica server: ``generate`` with the signature of verl's vLLM server (token ids in and out).
+
+    Asleep, it queues requests until woken, as vLLM 0.29 does. Left out: real sampling (a scripted
+    one-token "model"), EOS, ``max_model_len`` clamping (verl's server code, not exercised here), batching.
+    """
 
     def __init__(self, name: str) -> None:
         self.name, self.awake, self.mode = name, True, "ok"
@@ -146,8 +151,8 @@ class LoopbackServer:
 
         self.requests.append((list(prompt_ids), dict(sampling_params)))
         self.events.append("generate")
-        if not self.awake:
-            raise RuntimeError(f"{self.name} is asleep")
+        while not self.awake:  # vLLM 0.29 pauses its scheduler while asleep: the request waits for wake_up
+            await asyncio.sleep(0.05)
         if self.mode == "raise":
             raise RuntimeError("CUDA error: out of memory")
         if self.mode == "slow":
@@ -308,6 +313,7 @@ def test_engine_sends_exact_ids_seed_and_stop_through_verls_client_to_both_repli
     sent = requests[0][1]
     assert sent["seed"] == 3 and sent["stop_token_ids"] == [5] and sent["max_tokens"] == 1
     assert sent["temperature"] == 0.7 and sent["top_p"] == 0.9 and sent["logprobs"] is False
+    assert {k: sent[k] for k in params.distribution()} == {**params.distribution(), "top_k": -1}  # -1: verl's "off"
     assert all(e.count("generate") > 0 for e in events), "verl's load balancer spreads requests over both replicas"
 
 
@@ -328,6 +334,60 @@ def test_replica_faults_are_typed_errors(cluster: Any, mode: str, error: type[Ex
     finally:
         set_all(servers, mode="ok")
         take(servers)
+
+
+def test_an_asleep_replica_queues_the_request_until_woken(cluster: Any) -> None:
+    """What a real run hits when verification forgets to wake the replicas: no error, a wait to the time limit."""
+    import asyncio
+
+    servers = cluster["servers"]
+    set_all(servers, awake=False, mode="ok")
+    take(servers)
+    policy = EnginePolicy(
+        VerlServerEngine(cluster["manager"].get_client()), TokenStore(), render_observation=list, timeout_s=1.0
+    )
+    try:
+        with pytest.raises(EngineTimeoutError):
+            asyncio.run(policy.generate([2, 3], SamplingParams(max_tokens=1)))
+    finally:
+        set_all(servers, awake=True)
+        take(servers)
+
+
+def test_rollout_sampling_is_read_from_verls_rollout_config_in_one_place() -> None:
+    from prover_verl.spec import rollout_sampling
+
+    config = compose(
+        **{"actor_rollout_ref.rollout.temperature": "0.7", "actor_rollout_ref.rollout.top_p": "0.8"},
+    )
+    tokenizer = char_tokenizer()
+    tokenizer.eos_token = "[PAD]"
+    assert rollout_sampling(config, tokenizer) == SamplingParams(
+        max_tokens=32, temperature=0.7, top_p=0.8, top_k=0, repetition_penalty=1.0, stop_token_ids=(1,)
+    )
+    config = compose(**{"actor_rollout_ref.rollout.top_k": "20"})
+    assert rollout_sampling(config, tokenizer).top_k == 20
+
+
+def test_sglang_without_deterministic_inference_is_warned_at_start_up() -> None:
+    from prover_verl.engine import sglang_seed_note
+
+    assert sglang_seed_note(compose()) is None  # vLLM honours seeds
+    sglang = {"actor_rollout_ref.rollout.name": "sglang"}
+    assert "sampling_seed" in str(sglang_seed_note(compose(**sglang)))
+    with pytest.warns(UserWarning, match="enable_deterministic_inference"):
+        ProverTrainerSync(compose(**sglang))
+    on = {**sglang, "+actor_rollout_ref.rollout.engine_kwargs.sglang.enable_deterministic_inference": "true"}
+    assert sglang_seed_note(compose(**on)) is None
+
+
+def test_episode_keeps_the_servers_weights_versions_first_min_last_max() -> None:
+    from prover_verl.agent_loop import merge_server_fields
+
+    fields: dict[str, Any] = {}
+    for version in (3, 4, 6):  # the weights were updated twice during the episode (partial rollout)
+        merge_server_fields(fields, {"global_steps": version, "min_global_steps": version, "max_global_steps": version})
+    assert fields == {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 6}
 
 
 def test_seed_names_per_backend(cluster: Any) -> None:
@@ -417,17 +477,37 @@ def record_sessions(cluster: Any, uid: str) -> tuple[list[str], list[Any]]:
             )
         )
 
-    outputs = asyncio.run(run())
-    keys, fields = [], []
-    for i, output in enumerate(outputs):
-        field = output.as_dict()
-        field.update(uid=uid, session_id=i)
-        field["old_log_probs"] = torch.zeros_like(field["response_mask"], dtype=torch.float32)
-        keys.append(f"{uid}_{i}_0")
-        fields.append(field)
-    tags = [{"status": "success", "global_steps": 1, "min_global_steps": 0, "max_global_steps": 0} for _ in keys]
-    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
+    worker = tq_worker()
+
+    async def record() -> list[Any]:
+        outputs = await run()
+        for i, output in enumerate(outputs):  # verl's own TQ worker puts each output and its tags into TQ
+            await worker._agent_loop_postprocess(
+                output, False, uid=uid, session_id=i, global_steps=1, extra_info={"script": SCRIPTS[i]}
+            )
+        return outputs
+
+    outputs = asyncio.run(record())
+    keys = [f"{uid}_{i}_0" for i in range(len(outputs))]
+    old = [{"old_log_probs": torch.zeros(len(o.response_ids), dtype=torch.float32)} for o in outputs]
+    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(old))  # the actor's step
     return keys, outputs
+
+
+def tq_worker() -> Any:
+    """verl's ``AgentLoopWorkerTQ`` (the class behind the Ray actor) for text rows: no processor, no reward
+    workers, no teacher: what ``_agent_loop_postprocess`` reads of it."""
+    worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)
+    worker.processor = None
+    worker.reward_loop_worker_handles = None
+    worker.distillation_enabled = False
+    return worker
+
+
+def tags_of(keys: list[str]) -> list[dict[str, Any]]:
+    """The tags verl's TQ worker wrote for ``keys`` (what the trainer's ``KVBatchMeta`` carries)."""
+    listed = tq.kv_list(partition_id="train")["train"]
+    return [dict(listed[k]) for k in keys]
 
 
 def test_agent_loop_records_token_exact_spans_observations_and_reset(cluster: Any) -> None:
@@ -467,6 +547,10 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
     keys, outputs = record_sessions(cluster, "uidtrain")
     take(servers)
     set_all(servers, awake=False)  # as after on_sample_end: replicas asleep at the advantage step
+    tags = tags_of(keys)
+    # the server's weights version, as verl's _compute_metrics reads them: np.array(..., dtype=int) (None: TypeError)
+    assert [(t["min_global_steps"], t["max_global_steps"]) for t in tags] == [(0, 0)] * 4
+    assert np.array([t["min_global_steps"] for t in tags], dtype=int).tolist() == [0] * 4
 
     trainer = ProverTrainerSync(cluster["config"])
     assert trainer.trainer_mode == "sync" and trainer.configured_mode == "prover_sync"
@@ -475,7 +559,6 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
     trainer.llm_server_manager = cluster["manager"]
     trainer.checkpoint_manager = checkpoint_manager(servers)
     metrics: dict[str, Any] = {}
-    tags = [{"status": "success"} for _ in keys]
     trainer._compute_advantage(KVBatchMeta(keys=keys, tags=tags, partition_id="train"), metrics)
 
     events, requests = take(servers)

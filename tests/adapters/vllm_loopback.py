@@ -4,11 +4,18 @@ calls (``vllm serve``, which ``trl vllm-serve`` launches): ``/health``, ``/v1/mo
 ``logprobs``, ``seed``, ``stop_token_ids``), ``/server_info``, ``/get_world_size``, ``/reset_prefix_cache``.
 
 Generation is a tiny transformers causal LM sampled token by token on CPU: temperature (0 = greedy)
-and top-k; a request's ``seed`` seeds its own generator (vLLM's per-request seed); log-probabilities
+and top-k, stopping at EOS and the request's stop ids; fields a request leaves out come from
+``generation_config`` (vLLM's ``--generation-config auto``); ``len(prompt) + max_tokens`` over
+``max_model_len`` answers 400 as vLLM does; a request's ``seed`` seeds its own generator (vLLM's
+per-request seed); log-probabilities
 are vLLM's ``processed_logprobs`` (after temperature), the sampled token's first. The weight transfer
 (NCCL in vLLM) is replaced by :meth:`LoopbackVLLM.load`, called in-process. Faults: ``fail_next`` makes
 the next completions request answer 400, ``delay_s`` delays every completion. The server stops by
 itself after ``lifetime_s``.
+
+Left out (vLLM has them, these tests do not need them): top-p / min-p / penalties other than their
+neutral values (refused with 400, never ignored), sleep mode (TRL's server mode never sleeps the
+server), batching and prefix caching (requests are served one at a time under a lock), streaming.
 """
 
 from __future__ import annotations
@@ -29,8 +36,22 @@ import torch
 class LoopbackVLLM:
     """``with LoopbackVLLM(model) as server: VLLMClient(base_url=server.url)``."""
 
-    def __init__(self, model: Any, *, eos_token_id: int, model_name: str = "tiny", lifetime_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        eos_token_id: int,
+        model_name: str = "tiny",
+        lifetime_s: float = 600.0,
+        max_model_len: int | None = None,
+        generation_config: dict[str, Any] | None = None,
+    ) -> None:
         self.model = model.eval()
+        self.max_model_len = max_model_len
+        """vLLM answers 400 when ``len(prompt) + max_tokens`` exceeds it (``None``: no limit)."""
+        self.generation_config = dict(generation_config or {})
+        """vLLM's ``--generation-config auto``: sampling fields a request leaves out come from the model's
+        ``generation_config.json`` (e.g. ``{"top_k": 20}``), not from the neutral values."""
         self.eos_token_id = eos_token_id
         self.model_name = model_name
         self.lifetime_s = lifetime_s
@@ -40,7 +61,11 @@ class LoopbackVLLM:
         self.mangle_prompts = False
         """Echo a different prompt than the one sent (a server that re-tokenised the context)."""
         self.prefix_cache_resets = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        """Completion requests being answered at once (the most seen): what the client keeps in flight."""
         self._lock = threading.Lock()
+        self._count = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -83,10 +108,25 @@ class LoopbackVLLM:
             raise ValueError("prompt must be a non-empty list of token-id lists")
         if not (body.get("return_token_ids") and body.get("return_tokens_as_token_ids")):
             raise ValueError("TRL asks for return_token_ids and return_tokens_as_token_ids")
-        for key, neutral in (("top_p", 1.0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
+        neutral_values = (
+            ("top_p", 1.0),
+            ("min_p", 0.0),
+            ("repetition_penalty", 1.0),
+            ("presence_penalty", 0.0),
+            ("frequency_penalty", 0.0),
+        )
+        body = {**self.generation_config, **body}
+        for key, neutral in neutral_values:
             if float(body.get(key, neutral)) != neutral:
                 raise ValueError(f"{key}={body[key]} is not supported by the loopback server")
         n, seed = int(body.get("n", 1)), body.get("seed")
+        limit = self.max_model_len
+        for prompt in prompts:
+            if limit is not None and len(prompt) + int(body.get("max_tokens", 16)) > limit:
+                raise ValueError(
+                    f"This model's maximum context length is {limit} tokens. However, you requested "
+                    f"{len(prompt) + int(body.get('max_tokens', 16))} tokens ({len(prompt)} in the prompt)"
+                )
         choices = []
         for prompt in prompts:
             generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None
@@ -181,12 +221,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.app.fail_next = False
             self._send(400, {"error": {"message": "scripted failure", "type": "BadRequestError"}})
             return
-        if self.app.delay_s:
-            time.sleep(self.app.delay_s)
+        with self.app._count:
+            self.app.in_flight += 1
+            self.app.max_in_flight = max(self.app.max_in_flight, self.app.in_flight)
         try:
+            if self.app.delay_s:
+                time.sleep(self.app.delay_s)
             self._send(200, self.app.complete(body))
         except (ValueError, KeyError, TypeError) as exc:
             self._send(400, {"error": {"message": str(exc), "type": "BadRequestError"}})
+        finally:
+            with self.app._count:
+                self.app.in_flight -= 1
 
 
 def client_for(url: str) -> Any:

@@ -43,22 +43,26 @@ def vllm_sampling_params(**kwargs: Any) -> Any:
 
 
 def to_vllm_kwargs(params: SamplingParams, budget: int | None = None) -> dict[str, Any]:
-    """The ``vllm.SamplingParams`` fields of one action: ``max_tokens = min(params.max_tokens, budget)``.
+    """The ``vllm.SamplingParams`` fields of one action: the complete distribution and
+    ``max_tokens = min(params.max_tokens, budget)``.
 
-    ``budget`` is the room left in the context (OpenRLHF's executor sets ``max_tokens = max_len - len(ids)``).
-    ``params.extra`` passes through (e.g. ``top_k``, ``min_tokens``, ``skip_special_tokens``).
+    ``budget`` is the room left in the context: OpenRLHF's ``MultiTurnAgentExecutor`` sets
+    ``max_tokens = max_len - len(ids)`` before every action (``openrlhf/utils/agent.py``), whatever
+    ``--rollout.max_new_tokens`` says; :func:`rollout_sampling` sets ``params.max_tokens = data.max_len``
+    so the budget is the cap, as there. ``top_k`` 0 (off) is sent as vLLM's ``-1``, as OpenRLHF does.
+    ``params.extra`` passes through (e.g. ``min_tokens``, ``skip_special_tokens``) under the named fields.
     """
     max_tokens = params.max_tokens if budget is None else min(params.max_tokens, budget)
-    kwargs: dict[str, Any] = {
+    distribution = params.distribution()
+    distribution["top_k"] = int(distribution["top_k"]) or -1
+    return {
+        **params.extra,
         "n": 1,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
+        **distribution,
         "max_tokens": max_tokens,
         "seed": params.seed,
         "stop_token_ids": list(params.stop_token_ids) or None,
     }
-    kwargs.update(params.extra)
-    return kwargs
 
 
 def to_generation(output: Any) -> Generation:
@@ -171,18 +175,26 @@ def feedback_ids(tokenizer: Any) -> Callable[[Any], list[int]]:
 
 
 def rollout_sampling(args: Any) -> SamplingParams:
-    """OpenRLHF's rollout sampling (``SamplesGenerator._dispatch_prompts_to_vllm`` with the trainer's kwargs).
+    """OpenRLHF's rollout sampling, read in ONE place from the trainer's ``args``.
 
-    ``rollout.temperature``, ``rollout.top_p``, ``rollout.max_new_tokens`` (``None``: the room left under
-    ``data.max_len``), ``top_k=-1``, ``min_tokens=1``, ``skip_special_tokens=False``.
+    ``SamplesGenerator._dispatch_prompts_to_vllm`` builds ``vllm.SamplingParams(temperature=rollout.temperature,
+    top_p=rollout.top_p, top_k=-1, min_tokens=1, skip_special_tokens=False)`` (the generate kwargs
+    ``train_ppo_ray`` passes carry no top-k, min-p or penalties: vLLM's neutral values), and the multi-turn
+    executor gives every action the room left, ``max_len - len(ids)`` (``--rollout.max_new_tokens``
+    only trims the first prompt). So ``max_tokens`` is ``data.max_len``: :class:`RolloutEngines` caps each
+    action at the room left, exactly as the executor does.
     """
     rollout = args.rollout
-    max_new = getattr(rollout, "max_new_tokens", None) or int(args.data.max_len)
     return SamplingParams(
-        max_tokens=int(max_new),
+        max_tokens=int(args.data.max_len),
         temperature=float(getattr(rollout, "temperature", 1.0)),
         top_p=float(getattr(rollout, "top_p", 1.0)),
-        extra={"top_k": -1, "min_tokens": 1, "skip_special_tokens": False},
+        top_k=0,
+        min_p=0.0,
+        repetition_penalty=1.0,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+        extra={"min_tokens": 1, "skip_special_tokens": False},
     )
 
 

@@ -22,7 +22,10 @@ The bonus is also returned as ``inputs["prover_bonus"]`` and the global row inde
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -62,6 +65,26 @@ from prover_trl.errors import ProverTRLError
 from prover_trl.policy import TrainerPolicy, _mix, seeded
 
 VerifyOn = Literal["auto", "owner", "main"]
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONCURRENCY = 64
+"""Continuation requests in flight on a vLLM engine unless ``policy_options["max_concurrency"]`` says otherwise."""
+
+
+def ddp_timeout_note(seconds: float, ddp_timeout: float | None, processes: int, verify_on: str) -> str | None:
+    """A warning when a verification of ``seconds`` used over half of TRL's ``ddp_timeout`` (default 1800 s).
+
+    While one process verifies, the others wait at the next gather under ``ddp_timeout``; past it,
+    torch.distributed aborts the job. ``None`` when nothing waits or the time is well within it.
+    """
+    if processes < 2 or not ddp_timeout or seconds <= 0.5 * float(ddp_timeout):
+        return None
+    who = "the main process verifies every group" if verify_on == "main" else "processes verify their groups"
+    return (
+        f"ProVer verification took {seconds:.0f} s, over half of ddp_timeout={ddp_timeout:.0f} s; {who} while the "
+        "other processes wait at the next collective, which aborts the job past ddp_timeout: raise "
+        "GRPOConfig(ddp_timeout=...), lower ProverConfig.k, or raise policy_options['max_concurrency']"
+    )
 
 
 @dataclass
@@ -165,7 +188,8 @@ class ProverGRPOTrainer(GRPOTrainer):
             raise ValueError("vLLM server mode: only the main process holds the client, so verify_on must be 'main'")
         if not self.accelerator.is_main_process:
             return None
-        return self._engine_policy(VLLMServerEngine(self.vllm_generation.vllm_client))
+        workers = int(self.prover.policy_options.get("max_concurrency", DEFAULT_MAX_CONCURRENCY))
+        return self._engine_policy(VLLMServerEngine(self.vllm_generation.vllm_client, max_workers=workers))
 
     def _engine_policy(self, engine: TokenEngine) -> EnginePolicy:
         options = dict(self.prover.policy_options)
@@ -178,9 +202,25 @@ class ProverGRPOTrainer(GRPOTrainer):
         )
         options.pop("batched", None)  # the engines batch concurrent continuations themselves
         sampling = trainer_sampling(self, options.pop("max_action_tokens", None))
+        options.setdefault("max_concurrency", DEFAULT_MAX_CONCURRENCY)
         return EnginePolicy(
             engine, TokenStore(), render_observation=render, parse_action=_ParseIds(parse), sampling=sampling, **options
         )
+
+    def _engine_session(self) -> AbstractContextManager[None]:
+        """The colocated engine's :meth:`~prover_trl.engines.VLLMColocateEngine.session` (weights pushed once)."""
+        policy = self.prover_policy
+        if isinstance(policy, EnginePolicy) and isinstance(policy.engine, VLLMColocateEngine):
+            return policy.engine.session()
+        return nullcontext()
+
+    def _warn_if_near_ddp_timeout(self, seconds: float) -> None:
+        """Warn when one process's verification took over half of ``args.ddp_timeout`` while others wait."""
+        note = ddp_timeout_note(
+            seconds, getattr(self.args, "ddp_timeout", None), self.accelerator.num_processes, self.prover_verify_on
+        )
+        if note is not None:
+            logger.warning(note)
 
     # -- capture what the stock method computes but does not return -------------------------------------------
     def _generate(self, prompts: list[Any]) -> Any:
@@ -341,8 +381,9 @@ class ProverGRPOTrainer(GRPOTrainer):
         result: BonusResult | None = None
         report = Report()
         if batch:
+            started = time.monotonic()
             try:
-                with seeded(_mix(setup.config.seed, tag)):  # continuations never disturb the training RNG stream
+                with seeded(_mix(setup.config.seed, tag)), self._engine_session():  # training RNG stream untouched
                     result = compute_bonus(
                         batch,
                         judge=setup.judge,
@@ -354,6 +395,7 @@ class ProverGRPOTrainer(GRPOTrainer):
                 report = result.report
             except Exception as exc:
                 failure = exc
+            self._warn_if_near_ddp_timeout(time.monotonic() - started)
         credit = {} if result is None else {k: v for k, v in result.turn_bonus.items() if np.any(v)}
         generated = self._continuation_tokens()
         if isinstance(self.prover_policy, TrainerPolicy):

@@ -14,11 +14,14 @@ the :class:`~prover_core.Trajectory` (id ``{uid}_{session_id}``, group ``uid``, 
 turn's observation, action and ``token_span`` of ``g_t`` in the response), which verl stores in
 TransferQueue with the row and ProVer's trainer reads back. ``reward_score`` is the episode's success
 (0 or 1). An episode that runs out of ``max_turns`` or of ``rollout.response_length`` tokens ends
-unsuccessful; ``extra_fields["prover_truncated"]`` says so.
+unsuccessful; ``extra_fields["prover_truncated"]`` says so. The server's own fields (the weights versions
+``min_global_steps`` / ``max_global_steps`` verl's TQ worker puts into the row's tags) are kept: the
+first turn's, with the last turn's ``max_global_steps``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -28,6 +31,21 @@ from prover_verl.spec import ProverSpec, load_spec
 
 AGENT_NAME = "prover_env"
 TRAJECTORY_FIELD = "prover_trajectory"
+
+
+def merge_server_fields(fields: dict[str, Any], turn: Mapping[str, Any] | None) -> None:
+    """Fold one turn's ``TokenOutput.extra_fields`` into the episode's, as verl's ``ToolAgentLoop`` does.
+
+    The first turn's fields are kept (``global_steps``, ``min_global_steps``: the weights version the
+    episode started on); later turns only move ``max_global_steps`` on. verl's TQ worker writes
+    ``min/max_global_steps`` into each row's tags and ``_compute_metrics`` reads them as ints: an
+    episode without them crashes the step (``int(None)``).
+    """
+    turn = turn or {}
+    if not fields:
+        fields.update(turn)
+    elif turn.get("max_global_steps") is not None:
+        fields["max_global_steps"] = turn["max_global_steps"]
 
 
 @register(AGENT_NAME)
@@ -50,6 +68,7 @@ class ProverEnvAgentLoop(AgentLoopBase):
         mask: list[int] = []
         turns: list[Turn] = []
         request_id = f"{kwargs.get('uid', 'prover')}_{kwargs.get('session_id', 0)}"
+        server_fields: dict[str, Any] = {}
         truncated = True
         for _ in range(spec.max_turns):
             budget = self.response_length - len(response_ids)
@@ -59,6 +78,7 @@ class ProverEnvAgentLoop(AgentLoopBase):
             output = await self.server_manager.generate(
                 request_id, prompt_ids=prompt_ids + response_ids, sampling_params=params
             )
+            merge_server_fields(server_fields, output.extra_fields)
             generated = [int(i) for i in output.token_ids][:budget]
             start = len(response_ids)
             response_ids += generated
@@ -91,6 +111,7 @@ class ProverEnvAgentLoop(AgentLoopBase):
             num_turns=2 * len(turns),
             metrics=AgentLoopMetrics(),
             extra_fields={
+                **server_fields,
                 TRAJECTORY_FIELD: trajectory.model_dump(mode="json"),
                 "prover_truncated": truncated,
                 "reward_extra_info": {"prover_success": float(success)},

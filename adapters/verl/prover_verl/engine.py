@@ -9,9 +9,22 @@ continues recorded trajectories on the same replicas (and the same batching) as 
 
     policy = EnginePolicy(VerlServerEngine(trainer.get_llm_client()), tokens, render_observation=...)
 
-The sampling dict holds what verl's agent loop sends (``temperature``, ``top_p``, ``top_k``,
-``repetition_penalty``, ``logprobs``) plus ``max_tokens``, ``stop_token_ids`` and the seed under the
-backend's name (vLLM and TRT-LLM ``seed``, SGLang ``sampling_seed``).
+The sampling dict holds the complete distribution (``temperature``, ``top_p``, ``top_k`` with 0 sent as
+verl's "off" ``-1``, ``min_p``, ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``),
+``logprobs``, ``max_tokens``, ``stop_token_ids`` and the seed under the backend's name (vLLM and TRT-LLM
+``seed``, SGLang ``sampling_seed``). verl's replica server clamps ``max_tokens`` to the room left under
+``max_model_len`` (``vllm_async_server.py``, ``async_sglang_server.py``), for continuations as for the rollout.
+
+SGLang ignores ``sampling_seed`` unless its server runs with deterministic inference
+(``+actor_rollout_ref.rollout.engine_kwargs.sglang.enable_deterministic_inference=true``):
+:func:`sglang_seed_note` says so at start-up. Without it, pre and post continuations are not paired
+(higher variance of Delta) and a verification cannot be reproduced.
+
+Routing: verl's load balancer sends equal request ids to the same replica. :func:`prefix_request_id`
+(the default) keys on the first 256 prompt ids, so every continuation of a group lands on the replica
+that holds the group's prefix in its cache; with fewer groups than replicas some replicas idle. Pass
+``request_id=`` (e.g. :func:`spread_request_id`) to spread continuations over replicas at the cost of
+recomputing the shared prefix on each (not measured here: it needs GPU replicas).
 """
 
 from __future__ import annotations
@@ -39,11 +52,39 @@ def prefix_request_id(prompt_ids: Sequence[int], prefix_tokens: int = 256) -> st
     return f"prover-{h.hexdigest()}"
 
 
+def spread_request_id(prompt_ids: Sequence[int], prefix_tokens: int = 256) -> str:
+    """A request id keyed on the whole context: continuations of one group spread over the replicas.
+
+    Every action of every continuation gets its own id (no stickiness), so the load balancer places
+    each request on the least-loaded replica; each replica recomputes (or caches) the shared prefix.
+    """
+    h = hashlib.blake2b(repr([int(i) for i in prompt_ids]).encode(), digest_size=12)
+    return f"prover-{h.hexdigest()}-{len(prompt_ids)}"
+
+
+def sglang_seed_note(config: Any) -> str | None:
+    """A warning when verl's rollout runs on SGLang without deterministic inference (seeds ignored)."""
+    rollout = config.actor_rollout_ref.rollout
+    if str(rollout.name) != "sglang":
+        return None
+    kwargs = rollout.get("engine_kwargs", None) if hasattr(rollout, "get") else getattr(rollout, "engine_kwargs", None)
+    sglang = (kwargs or {}).get("sglang", None) or {}
+    if bool(sglang.get("enable_deterministic_inference", False)):
+        return None
+    return (
+        "verl's rollout runs on SGLang without deterministic inference: SGLang ignores the per-request "
+        "sampling_seed, so ProVer's pre and post continuations are not paired (Delta stays unbiased but has a "
+        "higher variance) and a verification cannot be reproduced. Set "
+        "+actor_rollout_ref.rollout.engine_kwargs.sglang.enable_deterministic_inference=true (slower sampling) "
+        "or accept it; see docs/adapters/verl.md"
+    )
+
+
 class VerlServerEngine:
     """``generate(prompt_ids, params)`` through an ``LLMServerClient`` (async; one client call per action).
 
     ``backend`` (default: ``client.config.actor_rollout_ref.rollout.name``) picks the seed's name;
-    ``base_sampling`` is merged under each call's parameters (e.g. ``{"top_k": -1}``); ``logprobs``
+    ``base_sampling`` is merged under each call's parameters (e.g. ``{"ignore_eos": False}``); ``logprobs``
     asks the server for per-token log-probabilities. A reply with ``stop_reason`` ``"aborted"``
     (the replica was paused mid-request) raises :class:`~prover_core.errors.EngineError`: a
     continuation never silently ends early.
@@ -70,8 +111,9 @@ class VerlServerEngine:
 
     def sampling_params(self, params: SamplingParams) -> dict[str, Any]:
         """The ``sampling_params`` dict handed to ``LLMServerClient.generate``."""
-        out: dict[str, Any] = {"repetition_penalty": 1.0, **self.base_sampling, **params.extra}
-        out.update(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens)
+        out: dict[str, Any] = {**self.base_sampling, **params.extra, **params.distribution()}
+        out["top_k"] = int(out["top_k"]) or -1  # verl's backends spell "off" -1
+        out["max_tokens"] = params.max_tokens
         out["logprobs"] = self.logprobs
         if params.stop_token_ids:
             out["stop_token_ids"] = list(params.stop_token_ids)

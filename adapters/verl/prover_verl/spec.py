@@ -62,16 +62,29 @@ class ProverSpec(ABC):
         return text.strip()
 
     def sampling(self) -> SamplingParams:
-        """Per-action sampling of continuations: the rollout's temperature and top_p, EOS as the stop."""
-        rollout = self.config.actor_rollout_ref.rollout
-        eos = getattr(self.tokenizer, "eos_token_id", None)
-        return SamplingParams(
-            max_tokens=int(rollout.response_length),
-            temperature=float(rollout.temperature),
-            top_p=float(rollout.top_p),
-            stop_token_ids=() if eos is None else (int(eos),),
-            extra={"top_k": int(rollout.top_k)},
-        )
+        """Per-action sampling of continuations: :func:`rollout_sampling` (the rollout's own, EOS as the stop)."""
+        return rollout_sampling(self.config, self.tokenizer)
+
+
+def rollout_sampling(config: Any, tokenizer: Any) -> SamplingParams:
+    """The rollout's sampling, read in ONE place from verl's ``actor_rollout_ref.rollout`` config.
+
+    verl's agent-loop worker sends ``temperature``, ``top_p``, ``top_k`` (``-1``: off, here 0) and
+    ``repetition_penalty=1.0`` (whatever ``rollout.repetition_penalty`` says); the rest of the
+    distribution is the engine's neutral value (min-p 0, no presence/frequency penalty), sent explicitly
+    by :class:`~prover_verl.engine.VerlServerEngine`. ``max_tokens`` is ``rollout.response_length``;
+    verl's replica server clamps it to the room left under ``max_model_len``, as for the rollout.
+    """
+    rollout = config.actor_rollout_ref.rollout
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return SamplingParams(
+        max_tokens=int(rollout.response_length),
+        temperature=float(rollout.temperature),
+        top_p=float(rollout.top_p),
+        top_k=max(int(rollout.top_k), 0),
+        repetition_penalty=1.0,
+        stop_token_ids=() if eos is None else (int(eos),),
+    )
 
 
 def spec_class(config: Any) -> type[ProverSpec]:

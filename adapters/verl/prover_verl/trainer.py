@@ -19,6 +19,7 @@ replay buffer, refill, checkpoint rules, ``trainer.v1.<base>`` settings) except 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -33,7 +34,7 @@ from prover_core.engine import EnginePolicy, TokenStore
 from prover_core.restore import ReplayEnv
 from prover_core.trigger import success_rate
 from prover_verl.agent_loop import TRAJECTORY_FIELD
-from prover_verl.engine import VerlServerEngine
+from prover_verl.engine import VerlServerEngine, sglang_seed_note
 from prover_verl.errors import RowAlignmentError, SetupError
 from prover_verl.hook import ProverStep, RowTurns, prover_step
 from prover_verl.names import ESTIMATOR_NAME
@@ -94,6 +95,9 @@ class ProverTrainerMixin:
                 f"algorithm.adv_estimator={estimator!r}; set algorithm.adv_estimator={ESTIMATOR_NAME}"
             )
         spec_class(config)  # fail now, not at the first advantage step, if prover.spec is wrong
+        note = sglang_seed_note(config)
+        if note is not None:
+            warnings.warn(note, stacklevel=2)
         self._prover_spec: ProverSpec | None = None
         super().__init__(config)  # type: ignore[call-arg]
 

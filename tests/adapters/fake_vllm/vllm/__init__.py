@@ -5,9 +5,17 @@ Put ``tests/adapters/fake_vllm`` on ``sys.path`` and OpenRLHF's own ``openrlhf/t
 import and run unchanged on top of it. What stands in for the GPU model is ``AsyncLLMEngine``:
 ``engine_args.model`` names a Python object ``"module:name"`` (a class is instantiated per engine), the
 *model*, called as ``model(prompt_token_ids, sampling_params)`` (plain or ``async``) and returning the
-token ids it samples. The engine applies ``max_tokens`` and ``stop_token_ids`` as vLLM does, sets
-``finish_reason``, decodes text with the model's ``decode(ids)`` if it has one, and refuses to generate
-while asleep (``sleep`` / ``wake_up(tags=[...])`` track the weights and the KV cache separately).
+token ids it samples. The engine applies ``max_tokens``, ``stop_token_ids``, the model's EOS
+(``model.eos_token_id``, unless ``ignore_eos``) and ``max_model_len`` (a prompt longer than it is refused;
+generation stops at it with ``finish_reason="length"``) as vLLM's engine does, sets ``finish_reason``,
+decodes text with the model's ``decode(ids)`` if it has one. While asleep it QUEUES requests until
+``wake_up`` has restored both the weights and the KV cache, as vLLM 0.29 does (``sleep`` pauses the
+scheduler; new requests wait): a caller that forgets to wake the engine waits, it gets no error.
+``SamplingParams`` has vLLM's field names and neutral defaults (an engine-level ``SamplingParams`` takes
+none of the model's ``generation_config``).
+
+Left out: real sampling (the model decides; temperature, top-p/k, min-p and penalties are recorded, not
+applied), batching, prefix caching, logprobs, abort and the ``pause_generation`` modes.
 """
 
 from __future__ import annotations
@@ -34,7 +42,12 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     min_tokens: int = 0
+    ignore_eos: bool = False
     max_tokens: int | None = 16
     seed: int | None = None
     stop_token_ids: list[int] | None = None
@@ -63,7 +76,9 @@ class AsyncLLMEngine:
         model = _resolve(str(engine_args.model))
         self.model = model() if isinstance(model, type) else model  # a class: one model per engine
         self.awake = {"weights", "kv_cache"}
+        self.max_model_len = engine_args.kwargs.get("max_model_len")
         self.unfinished = 0
+        self._woken: asyncio.Event | None = None
         self.output_processor = SimpleNamespace(get_num_unfinished_requests=lambda: self.unfinished)
 
     @classmethod
@@ -75,9 +90,23 @@ class AsyncLLMEngine:
 
     async def sleep(self, level: int = 1) -> None:
         self.awake.clear()
+        self._event().clear()
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
         self.awake.update(tags or ["weights", "kv_cache"])
+        if self.awake == {"weights", "kv_cache"}:
+            self._event().set()
+
+    def _event(self) -> asyncio.Event:
+        if self._woken is None:
+            self._woken = asyncio.Event()
+            if self.awake == {"weights", "kv_cache"}:
+                self._woken.set()
+        return self._woken
+
+    async def _until_awake(self) -> None:
+        """vLLM's scheduler is paused while asleep: a request waits for ``wake_up``."""
+        await self._event().wait()
 
     async def reset_prefix_cache(self) -> None:
         return None
@@ -86,11 +115,14 @@ class AsyncLLMEngine:
         return [None]
 
     async def generate(self, prompt: dict[str, Any], sampling_params: SamplingParams, request_id: str) -> Any:
-        if self.awake != {"weights", "kv_cache"}:
-            raise RuntimeError(f"vLLM engine is sleeping (awake: {sorted(self.awake)}); call wake_up first")
         ids = [int(i) for i in prompt["prompt_token_ids"]]
+        if self.max_model_len is not None and len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"The prompt (length {len(ids)}) is longer than the maximum model length of {self.max_model_len}"
+            )
         self.unfinished += 1
         try:
+            await self._until_awake()
             sampled = self.model(ids, sampling_params)
             if inspect.isawaitable(sampled):
                 sampled = await sampled
@@ -99,7 +131,12 @@ class AsyncLLMEngine:
             self.unfinished -= 1
         tokens, finish = [], "length"
         limit = sampling_params.max_tokens if sampling_params.max_tokens is not None else len(sampled)
+        if self.max_model_len is not None:
+            limit = min(limit, self.max_model_len - len(ids))
         stops = set(sampling_params.stop_token_ids or ())
+        eos = getattr(self.model, "eos_token_id", None)
+        if eos is not None and not sampling_params.ignore_eos:
+            stops.add(int(eos))
         for t in sampled:
             if len(tokens) == limit:
                 break
