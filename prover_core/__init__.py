@@ -31,7 +31,7 @@ from prover_core.errors import (
 )
 from prover_core.executors import LocalExecutor, RayExecutor
 from prover_core.grpo import group_advantages, grpo_advantages
-from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
+from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, FirstOf, RandomJudge
 from prover_core.protocols import ContinueFn, Episode, Judge, Policy, PolicyContext, RestorableEnv, Step
 from prover_core.report import GroupRecord, Report
 from prover_core.restore import Env, LiveEpisode, ReplayEnv, SnapshotEnv
@@ -46,7 +46,9 @@ __all__ = [
     "ContinueFn",
     "Decline",
     "AnchorJudge",
+    "ChoiceJudge",
     "DivergenceJudge",
+    "FirstOf",
     "EngineError",
     "EngineHTTPError",
     "EnginePolicy",

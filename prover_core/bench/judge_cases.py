@@ -374,7 +374,9 @@ def _annotate(batch: Batch, nonce: float, rng: np.random.Generator) -> list[Traj
             obs = turn.observation
             if nonce > 0 and rng.random() < nonce:
                 obs = f"{obs} [ref {int(rng.integers(1 << 32)):08x}]"
-            turns.append(turn.model_copy(update={"observation": obs, "info": {"stochastic": bool(c.out_count[s, a] > 1)}}))
+            turns.append(
+                turn.model_copy(update={"observation": obs, "info": {"stochastic": bool(c.out_count[s, a] > 1)}})
+            )
         out.append(run.model_copy(update={"turns": tuple(turns)}))
     return out
 
@@ -432,7 +434,9 @@ class TextWorldKind:
 
 TEXTWORLD_HELD_OUT: tuple[TextWorldKind, ...] = (
     TextWorldKind("held-out: TextWorld cut", {"recipe": 1, "take": 1, "cook": False, "cut": True}, 31),
-    TextWorldKind("held-out: TextWorld cook, rooms", {"recipe": 1, "take": 1, "go": 6, "cook": True, "cut": False}, 32, 0.8),
+    TextWorldKind(
+        "held-out: TextWorld cook, rooms", {"recipe": 1, "take": 1, "go": 6, "cook": True, "cut": False}, 32, 0.8
+    ),
 )
 """TextWorld games (game seeds) not used while the judges were developed."""
 

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import zlib
 
 import numpy as np
 
@@ -212,7 +211,10 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool =
         tally.lengths[run.id] = seg.num_turns
         tally.matched.append(matched_chance(case, run, seg.num_turns, config))
         tally.hits += hit(case.pivots[g.trajectory_id], seg.start, seg.end)
-        value, same_value = case.decision_value(run.id, seg.start, seg.end), matched_decision(case, run, seg.num_turns, config)
+        value, same_value = (
+            case.decision_value(run.id, seg.start, seg.end),
+            matched_decision(case, run, seg.num_turns, config),
+        )
         if value is not None and same_value is not None:
             tally.decision.append(value)
             tally.decision_same.append(same_value)
@@ -343,7 +345,8 @@ class JudgeBench:
                     "-"
                     if r is None
                     else f"{_fmt(r['decision'], signed=True)} ({_fmt(r['decision_same'], signed=True)})"
-                    f" / {_fmt(r['no_effect'])} / {_fmt(r['same_acceptance'])}, {_fmt(r['same_exact_gain'], signed=True)}"
+                    f" / {_fmt(r['no_effect'])} / {_fmt(r['same_acceptance'])},"
+                    f" {_fmt(r['same_exact_gain'], signed=True)}"
                 )
             details.append(detail)
         families = self.families()
@@ -362,7 +365,10 @@ class JudgeBench:
                     f"{_fmt(r['no_effect'])} / {'-' if beat is None else 'yes' if beat else 'NO'}"
                 )
             fam_rows.append(cells)
-        fam_header = ["family", *[f"{j}: value (same-length) / loc (same-length) / len / no-effect / beats" for j in judges]]
+        fam_header = [
+            "family",
+            *[f"{j}: value (same-length) / loc (same-length) / len / no-effect / beats" for j in judges],
+        ]
         lines = [
             markdown_table(header, rows),
             "",
@@ -387,12 +393,12 @@ class JudgeBench:
         for j in judges:
             won, total = self.wins(j)
             same, _ = self.wins(j, "matched")
-            beat = [self.beats_same_length(j, rows[j]) for rows in self.results.values() if j in rows]
+            beats = [self.beats_same_length(j, rows[j]) for rows in self.results.values() if j in rows]
             lines.append(
                 f"- {j}: localisation above chance in {won} of {total} environments, "
                 f"above random segments of its own lengths in {same}; beats random of its lengths "
-                f"(decision value, localisation without exact values) in {sum(b is True for b in beat)} of "
-                f"{sum(b is not None for b in beat)}"
+                f"(decision value, localisation without exact values) in {sum(b is True for b in beats)} of "
+                f"{sum(b is not None for b in beats)}"
             )
         lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines)

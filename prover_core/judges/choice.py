@@ -94,7 +94,9 @@ def choice_evidence(success: Trajectory, failures: Sequence[Trajectory], last: i
         m = sum(o in taken for taken in taken_by_run)
         k = sum(a in taken.get(o, ()) for taken in taken_by_run)
         stochastic = turn.info.get("stochastic") is True
-        out.append(ChoiceEvidence(t, m, k, nxt is not None and nxt != o, stochastic, nxt is not None and nxt not in seen))
+        out.append(
+            ChoiceEvidence(t, m, k, nxt is not None and nxt != o, stochastic, nxt is not None and nxt not in seen)
+        )
     return out
 
 

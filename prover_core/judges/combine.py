@@ -33,7 +33,9 @@ class FirstOf:
             if callable(step):
                 step()
 
-    async def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
+    async def propose(
+        self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules
+    ) -> Proposal | Decline:
         from prover_core.propose import propose
 
         reasons = []
