@@ -62,6 +62,8 @@ _JUDGE_OPTIONS = (
     ("--judge-concurrency", "judge_concurrency", "max_concurrency"),
     ("--judge-attempts", "judge_attempts", "max_attempts"),
     ("--judge-max-tokens", "judge_max_tokens", "max_tokens"),
+    ("--judge-answer-form", "judge_answer_form", "answer_form"),
+    ("--judge-evidence", "judge_evidence", "evidence_summary"),
 )
 
 
@@ -104,6 +106,17 @@ def _add_llm_options(command: argparse.ArgumentParser) -> None:
     llm.add_argument("--judge-concurrency", type=positive_int, help="requests in flight at once (default 16)")
     llm.add_argument("--judge-attempts", type=positive_int, help="attempts per request, retries included (default 4)")
     llm.add_argument("--judge-max-tokens", type=positive_int, help="completion tokens per answer (default 1024)")
+    llm.add_argument(
+        "--judge-answer-form",
+        choices=("segment", "span"),
+        help="segment: start and end turn (default); span: start turn and length, always admissible",
+    )
+    llm.add_argument(
+        "--judge-evidence",
+        action="store_const",
+        const=True,
+        help="add the group's choice statistics to the prompt (for small models)",
+    )
 
 
 def _llm_judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> LLMJudge | None:

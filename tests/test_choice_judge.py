@@ -154,3 +154,14 @@ def test_every_answer_is_one_admissible_turn(
         assert rules.violation(answer.segment, success) is None and answer.segment.num_turns == 1
     else:
         assert answer.reason
+
+
+def test_among_choice_evidence_a_choice_that_changed_the_state_comes_before_a_no_op() -> None:
+    # turn 0 'wait' at 'a' (a no-op: 'a' again) and turn 1 'pull' at 'a' (to 'b') both have m=3, k=0, p=1/4;
+    # 'b' was seen by the failures, so nothing led away: the choice that changed the state wins
+    success = make_trajectory("s", "g", True, ["wait", "pull", "open"], ["a", "a", "b"])
+    failures = [make_trajectory(f"f{i}", "g", False, ["push", "east", "east"], ["a", "b", "c"]) for i in range(3)]
+    stats = ChoiceJudge().evidence(success, failures, last=1)
+    assert [(e.p, e.changed, e.led_away) for e in stats] == [(0.25, False, False), (0.25, True, False)]
+    p = ChoiceJudge().propose(success, failures, SegmentRules())
+    assert isinstance(p, Proposal) and p.segment.start == 1 and "choice evidence" in p.rationale

@@ -21,15 +21,17 @@ against it (they raise ``k_t``). This is the difference from the rate jump betwe
 
 The rule, in order (the first level with a candidate wins; one turn is nominated):
 
-1. **choice evidence**: turns with ``m_t >= min_failures`` and ``p_t <= alpha``. First those whose
-   choice *led away*: the next anchor ``o_{t+1}`` is one no failed run ever stood at, by a transition
-   the environment did not report as stochastic (``turn.info["stochastic"] is True`` marks a transition
-   with several possible outcomes: a new state reached by it may be luck); among them, and then among
-   the rest, the smallest ``p_t`` wins, ties to a turn whose action changed the anchor
-   (``o_{t+1} != o_t``), then to a transition not reported stochastic, then the earliest;
-2. **divergence** (weaker): turns where at least one failed run stood at ``o_t`` and none chose ``a_t``
-   (``k_t = 0``, ``m_t >= 1``), led-away turns first, then most such runs, then the same ties;
-3. otherwise it *declines*, with the smallest ``p_t`` in the reason.
+1. **led away**: turns with choice evidence (below) or divergence (below) whose choice took the run to
+   an anchor ``o_{t+1}`` no failed run ever stood at, by a transition the environment did not report as
+   stochastic (``turn.info["stochastic"] is True`` marks a transition with several possible outcomes: a
+   new state reached by it may be luck); the smallest ``p_t`` wins, then the ties below;
+2. **choice evidence**: turns with ``m_t >= min_failures`` and ``p_t <= alpha``; a turn whose action
+   changed the anchor (``o_{t+1} != o_t``) first (a choice after which the run stood where it stood is
+   a no-op as far as the observation tells), then one whose transition was not reported stochastic, then
+   the smallest ``p_t``, then the earliest;
+3. **divergence** (weaker): turns where at least one failed run stood at ``o_t`` and none chose ``a_t``
+   (``k_t = 0``, ``m_t >= 1``): the same ties, then the most such runs, then the earliest;
+4. otherwise it *declines*, with the smallest ``p_t`` in the reason.
 
 The segment is the single turn ``[t, t]``: the statistic is about one decision at one state, and no
 other turn's evidence says a longer segment is needed; the rationale says so. An LLM judge can be
@@ -37,8 +39,9 @@ added behind it with :class:`~prover_core.judges.combine.FirstOf` (it is asked o
 declines).
 
 One success carries one sample of ``P(success | choice)``: a harmless action that is rare under the
-policy gets the same ``p_t`` as a needed one; the tie to actions that change the anchor guards only
-against no-op actions among equals.
+policy gets the same ``p_t`` as a needed one; preferring actions that change the anchor keeps no-op
+actions (``wait``) back only when another turn has evidence, and a hidden pivot (an action with no
+trace in the observation) is then passed over too.
 """
 
 from __future__ import annotations
@@ -141,10 +144,10 @@ class ChoiceJudge:
             top = min(led, key=lambda e: (e.p, e.tie, e.turn))
             level = "a choice that led where no failed run went (p <= alpha, or no failed run at the state chose it)"
         elif strong:
-            top = min(strong, key=lambda e: (e.p, e.tie, e.turn))
+            top = min(strong, key=lambda e: (e.tie, e.p, e.turn))
             level = f"choice evidence (p <= alpha = {self.alpha})"
         elif weak:
-            top = min(weak, key=lambda e: (-e.visited, e.tie, e.turn))
+            top = min(weak, key=lambda e: (e.tie, -e.visited, e.turn))
             level = "divergence (weaker: too few failed runs at the state for p <= alpha)"
         else:
             best = min(stats, key=lambda e: (e.p, e.turn))
