@@ -262,12 +262,15 @@ def test_the_llm_judge_joins_the_table_and_its_failures_count_as_no_nomination()
     from prover_core.judges.llm import LLMJudge
     from tests.chat_server import ChatServer, answer, completion
 
-    settings = JudgeBenchSettings(groups=4, batches=1, textworld=False)
+    settings = JudgeBenchSettings(
+        groups=4, batches=1, textworld=False, only=("hidden pivot", "rockfalls after the key")
+    )
     with ChatServer([answer(0, 0)]) as server:
         bench = run_judge_bench(settings, {"llm": LLMJudge.from_url(server.url, "test-model", max_attempts=1)})
     rows = {env: r["llm"] for env, r in bench.results.items()}
     assert all(r["nominated"] == 1.0 and r["turns"] == 1.0 for r in rows.values() if r["eligible"])
-    assert "llm: loc (same-length chance)" in bench.markdown()
+    assert set(bench.results) == {"hidden pivot", "rockfalls after the key"}
+    assert "llm: loc (same-length chance)" in bench.markdown() and "choice, then llm" in bench.markdown()
     with ChatServer([completion("I think the agent did well.")]) as server:
         judge = LLMJudge.from_url(server.url, "test-model", max_attempts=1, max_repairs=1)
         bench = run_judge_bench(settings, {"llm": judge})

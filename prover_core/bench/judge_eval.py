@@ -58,6 +58,7 @@ from prover_core.config import ProverConfig
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
 from prover_core.judges.choice import ChoiceJudge
+from prover_core.judges.combine import FirstOf
 from prover_core.protocols import Judge
 from prover_core.trigger import is_eligible, representative, success_rate
 
@@ -257,6 +258,8 @@ class JudgeBenchSettings:
     seed: int = 0
     held_out: bool = False
     """Run the held-out designs and games (:data:`HELD_OUT`, :data:`TEXTWORLD_HELD_OUT`) instead."""
+    only: tuple[str, ...] = ()
+    """Run only the environments of these names (all when empty)."""
 
 
 QUICK_JUDGES = JudgeBenchSettings(groups=16, batches=2, textworld_groups=4)
@@ -432,7 +435,7 @@ def run_judge_bench(
     except ImportError:
         out.notes.append("gymnasium toy-text skipped: gymnasium is not installed (pip install 'prover-core[gym]')")
         tabular = tuple(e for e in tabular if e.kind != "gymnasium")
-    cases += [(e.name, e) for e in tabular]
+    cases += [(e.name, e) for e in tabular if not settings.only or e.name in settings.only]
     if settings.textworld:
         try:
             import textworld  # noqa: F401
@@ -441,7 +444,7 @@ def run_judge_bench(
                 "TextWorld games skipped: textworld is not installed (pip install 'prover-core[textworld]')"
             )
         else:
-            cases += [(kind.name, kind) for kind in games]
+            cases += [(kind.name, kind) for kind in games if not settings.only or kind.name in settings.only]
     for name, env in cases:
         tallies: dict[str, JudgeTally] = {}
         chances: list[float] = []
@@ -455,6 +458,8 @@ def run_judge_bench(
             out.kinds[name] = case.kind
             chances += chance_shares(case, config.segment_rules, config)
             judges: dict[str, Judge] = {**offline_judges(seed), **(extra_judges or {})}
+            if extra_judges and "llm" in extra_judges:  # the combination rule: the LLM only where choice declines
+                judges["choice, then llm"] = FirstOf(ChoiceJudge(), extra_judges["llm"])
             for judge_name, judge in judges.items():
                 tally = evaluate(case, judge, config, same_length=judge_name != "random", seed=seed)
                 tallies.setdefault(judge_name, JudgeTally()).add(tally)
