@@ -501,6 +501,7 @@ def judges_command(
     command += f" --groups {groups}" if groups is not None else ""
     command += f" --batches {batches}" if batches is not None else ""
     command += " --held-out" if held_out else ""
+    command += f" --seed {seed}" if seed else ""
     command += " --textworld" if textworld and quick else ""
     text = (
         f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
