@@ -107,3 +107,14 @@ def test_evidence_summary_by_hand() -> None:
     config = LLMJudgeConfig(base_url="http://127.0.0.1:1/v1", model="m")
     assert "## Evidence" not in user_prompt(success, failures, SegmentRules(), config, default_action_error)
     assert '"end_turn": <int>' in system_prompt(success, SegmentRules(), config)
+
+
+def test_the_cli_options_need_a_judge_url(capsys) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from prover_core.cli import main
+
+    for flags in (["--judge-answer-form", "span"], ["--judge-evidence"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", "judges", "--quick", *flags])
+        assert exit_info.value.code == 2 and f"{flags[0]} need(s) --judge-url" in capsys.readouterr().err
