@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--textworld", action=argparse.BooleanOptionalAction, help="judges: TextWorld games")
     bench.add_argument("--groups", type=positive_int, help="judges: groups per tabular environment and batch")
     bench.add_argument("--batches", type=positive_int, help="judges: batches per tabular environment")
+    bench.add_argument("--textworld-groups", type=positive_int, help="judges: groups per TextWorld game")
     bench.add_argument(
         "--held-out", action="store_true", help="judges: the held-out designs, games and seeds (seed + 7)"
     )
@@ -162,7 +163,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         judge = _llm_judge(parser, args)
         return judges_command(
-            args.quick, args.out, args.seed, args.textworld, judge, args.groups, args.batches, args.held_out
+            args.quick,
+            args.out,
+            args.seed,
+            args.textworld,
+            judge,
+            args.groups,
+            args.batches,
+            args.held_out,
+            args.textworld_groups,
         )
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command

@@ -479,6 +479,7 @@ def judges_command(
     groups: int | None = None,
     batches: int | None = None,
     held_out: bool = False,
+    textworld_groups: int | None = None,
 ) -> int:
     """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
     import dataclasses
@@ -493,6 +494,7 @@ def judges_command(
         batches=base.batches if batches is None else batches,
         held_out=held_out,
         seed=seed + (7 if held_out else 0),
+        textworld_groups=base.textworld_groups if textworld_groups is None else textworld_groups,
     )
     bench = run_judge_bench(settings, extra_judges={"llm": llm} if llm is not None else None)
     if not settings.textworld:
@@ -503,6 +505,7 @@ def judges_command(
     command += " --held-out" if held_out else ""
     command += f" --seed {seed}" if seed else ""
     command += " --textworld" if textworld and quick else ""
+    command += f" --textworld-groups {textworld_groups}" if textworld_groups is not None else ""
     text = (
         f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
         f"{settings.group_size} per tabular environment, {settings.textworld_groups} groups per TextWorld game; "
