@@ -6,7 +6,9 @@ The schema (:func:`span_schema`) lets ``start_turn`` be only a turn an admissibl
 grammar, vLLM's structured outputs) can emit nothing else. Every such pair maps to an admissible segment
 (:func:`span_end`): ``[start_turn, e]`` with ``e`` the largest end of an admissible segment from
 ``start_turn`` with at most ``turns`` turns (the one-turn segment ``[start_turn, start_turn]`` is admissible
-for every start in the enum, so ``e`` exists). The answer is rewritten into the ``start_turn``/``end_turn``
+for every start in the enum, so ``e`` exists). The two enums are independent, so the pairs with one ``null``
+are read too: a ``null`` start declines whatever the length, a start with a ``null`` length is the one
+turn ``[start_turn, start_turn]``. The answer is rewritten into the ``start_turn``/``end_turn``
 form before parsing (:func:`span_to_segment_text`), so validation and repair are shared with the
 ``segment`` form; a text that is not such an object passes unchanged and gets the usual repair.
 """
@@ -69,13 +71,13 @@ def span_to_segment_text(
     if not isinstance(value, dict) or "turns" not in value or "end_turn" in value:
         return content
     start, turns = value.get("start_turn"), value.pop("turns")
-    if start is None and turns is None:
+    if start is None:  # a null start declines, whatever the length (the enums are independent)
         value["end_turn"] = None
-    elif isinstance(start, int) and isinstance(turns, int) and not isinstance(turns, bool) and turns >= 1:
-        end = span_end(start, turns, success, rules, check)
-        value["end_turn"] = end if end is not None else start + turns - 1  # out of the enum: the usual repair
-    elif start is None or turns is None:
-        value["end_turn"] = None  # one of the two missing: the usual "give both" repair
     else:
-        value["end_turn"] = turns  # not integers: left for the usual validation to name
+        turns = 1 if turns is None else turns  # a start with a null length: that one turn
+        if isinstance(start, int) and isinstance(turns, int) and not isinstance(turns, bool) and turns >= 1:
+            end = span_end(start, turns, success, rules, check)
+            value["end_turn"] = end if end is not None else start + turns - 1  # out of the enum: the usual repair
+        else:
+            value["end_turn"] = turns  # not integers: left for the usual validation to name
     return json.dumps(value)
