@@ -31,7 +31,7 @@ from prover_core.errors import (
 )
 from prover_core.executors import LocalExecutor, RayExecutor
 from prover_core.grpo import group_advantages, grpo_advantages
-from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
+from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, FirstOf, RandomJudge
 from prover_core.progress import Progress
 from prover_core.protocols import (
     ContinueFn,
@@ -56,8 +56,10 @@ __all__ = [
     "ContinuationLimitError",
     "ContinuationTimeoutError",
     "ContinueFn",
+    "ChoiceJudge",
     "Decline",
     "DivergenceJudge",
+    "FirstOf",
     "EngineError",
     "EngineHTTPError",
     "EnginePolicy",

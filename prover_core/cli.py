@@ -62,6 +62,8 @@ _JUDGE_OPTIONS = (
     ("--judge-concurrency", "judge_concurrency", "max_concurrency"),
     ("--judge-attempts", "judge_attempts", "max_attempts"),
     ("--judge-max-tokens", "judge_max_tokens", "max_tokens"),
+    ("--judge-answer-form", "judge_answer_form", "answer_form"),
+    ("--judge-evidence", "judge_evidence", "evidence_summary"),
 )
 
 
@@ -87,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--textworld", action=argparse.BooleanOptionalAction, help="judges: TextWorld games")
     bench.add_argument("--groups", type=positive_int, help="judges: groups per tabular environment and batch")
     bench.add_argument("--batches", type=positive_int, help="judges: batches per tabular environment")
+    bench.add_argument("--textworld-groups", type=positive_int, help="judges: groups per TextWorld game")
+    bench.add_argument(
+        "--held-out", action="store_true", help="judges: the held-out designs, games and seeds (seed + 7)"
+    )
     _add_llm_options(bench)
     return parser
 
@@ -101,6 +107,17 @@ def _add_llm_options(command: argparse.ArgumentParser) -> None:
     llm.add_argument("--judge-concurrency", type=positive_int, help="requests in flight at once (default 16)")
     llm.add_argument("--judge-attempts", type=positive_int, help="attempts per request, retries included (default 4)")
     llm.add_argument("--judge-max-tokens", type=positive_int, help="completion tokens per answer (default 1024)")
+    llm.add_argument(
+        "--judge-answer-form",
+        choices=("segment", "span"),
+        help="segment: start and end turn (default); span: start turn and length, always admissible",
+    )
+    llm.add_argument(
+        "--judge-evidence",
+        action="store_const",
+        const=True,
+        help="add the group's choice statistics to the prompt (for small models)",
+    )
 
 
 def _llm_judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> LLMJudge | None:
@@ -145,7 +162,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from prover_core.bench.judge_eval import judges_command
 
         judge = _llm_judge(parser, args)
-        return judges_command(args.quick, args.out, args.seed, args.textworld, judge, args.groups, args.batches)
+        return judges_command(
+            args.quick,
+            args.out,
+            args.seed,
+            args.textworld,
+            judge,
+            args.groups,
+            args.batches,
+            args.held_out,
+            args.textworld_groups,
+        )
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command
 

@@ -12,15 +12,28 @@ from prover_core import Proposal, ProverConfig, Segment, SegmentRules, Trajector
 from prover_core.bench.batch import sample_batch
 from prover_core.bench.judge_cases import (
     CORRIDORS,
+    HELD_OUT,
+    LUCK,
+    NONCE,
     Case,
     TableMDP,
     TabularEnv,
     decision_gap,
+    decision_values,
     epsilon_greedy,
     gym_table,
     tabular_case,
 )
-from prover_core.bench.judge_eval import JudgeBenchSettings, chance, evaluate, hit, run_judge_bench
+from prover_core.bench.judge_eval import (
+    JudgeBenchSettings,
+    SameLengthRandom,
+    chance,
+    evaluate,
+    hit,
+    matched_decision,
+    run_judge_bench,
+)
+from prover_core.bench.luck import PitCorridor
 from prover_core.bench.suite import ITEMS
 from prover_core.bench.tabular import compile_mdp, value_table
 from prover_core.cli import main
@@ -47,6 +60,63 @@ def test_decision_gap_by_hand() -> None:
     expected = np.array([1.0, 0.3, 0.0])[batch.episodes.actions[:, 0]]
     assert np.allclose(gaps, expected)
     assert math.isclose(value_table(c, theta)[1, c.initial], (1 + 0.3) / 3)
+
+
+def test_decision_values_by_hand() -> None:
+    # V(s_0) = (1 + 0.3 + 0) / 3; Q - V for actions "0", "1", "2": 1 - V, 0.3 - V, -V
+    c = compile_mdp(GAMBLE)
+    theta = np.log(np.full(3, 1 / 3))
+    batch = sample_batch(c, theta, 4, 8, np.random.default_rng(0))
+    v = 1.3 / 3
+    expected = np.array([1.0 - v, 0.3 - v, -v])[batch.episodes.actions[:, 0]]
+    assert np.allclose(decision_values(batch)[:, 0], expected)
+
+
+def test_the_case_reports_decision_value_no_effect_turns_and_stochastic_transitions() -> None:
+    case = tabular_case(TabularEnv("gamble", "test", lambda: GAMBLE, lambda c: np.log(np.full(3, 1 / 3))), 4, 8, 0)
+    v = 1.3 / 3
+    for run in case.trajectories:
+        a = run.turns[0].action
+        assert math.isclose(case.decision_value(run.id, 0, 0) or 0.0, {"0": 1 - v, "1": 0.3 - v, "2": -v}[a])
+        assert case.no_effect(run.id, 0, 0) == 0  # every choice moves the success probability by >= 0.13
+        assert run.turns[0].info == {"stochastic": a == "1"}  # only the gamble has two outcomes
+
+
+def test_pit_corridor_ends_moves_through_a_pit_by_luck() -> None:
+    env = PitCorridor("p", sections=4, items=(0,), pits=(1,), pit_risk=0.5, slip=0.2, horizon=10)
+    out = env.transitions((1, 1), "go east")
+    assert sorted(out) == sorted(
+        [(0.8 * 0.5, (2, 1), False, False), (0.2, (1, 1), False, False), (0.4, (1, 1), True, False)]
+    )
+    assert env.transitions((1, 1), "wait") == [(1.0, (1, 1), False, False)]
+    assert "Loose rocks" in env.observe((1, 1)) and "Loose rocks" not in env.observe((0, 0))
+    with pytest.raises(ValueError, match="pits"):
+        PitCorridor("bad", sections=4, items=(1,), pits=(1,))
+    # the move through the pit has (almost) no decision value: every run must make it; luck decides
+    case = tabular_case(LUCK[0], 8, 8, 0)
+    assert case.decision is not None
+    through = [
+        case.decision[r.id][t]
+        for r in case.trajectories
+        for t, turn in enumerate(r.turns)
+        if "Loose rocks" in turn.observation and turn.action == "go east"
+    ]
+    assert through and max(abs(d) for d in through) < 0.05
+
+
+def test_partial_nonces_change_only_the_share_of_observations_asked() -> None:
+    case = tabular_case(NONCE[0], 4, 8, 0)
+    turns = [t for r in case.trajectories for t in r.turns]
+    tagged = sum("[ref " in t.observation for t in turns) / len(turns)
+    assert 0.4 < tagged < 0.6
+    plain = tabular_case(CORRIDORS[0], 4, 8, 0)
+    assert not any("[ref " in t.observation for r in plain.trajectories for t in r.turns)
+
+
+def test_held_out_designs_are_new() -> None:
+    names = {e.name for e in HELD_OUT}
+    assert not names & {e.name for e in (*CORRIDORS, *LUCK, *NONCE)}
+    assert {e.kind for e in HELD_OUT} == {"corridor", "luck", "nonce", "gymnasium"}
 
 
 def test_toy_text_pivots_are_the_decisions_that_avoid_losing_at_least_the_threshold() -> None:
@@ -138,19 +208,51 @@ def test_evaluate_scores_localisation_acceptance_and_exact_gain() -> None:
     assert (row["localisation"], row["acceptance"], row["exact_gain"]) == (0.0, 0.0, 0.0)
 
 
+def test_same_length_random_draws_segments_of_the_judges_lengths_only() -> None:
+    case = _case([1], [True, False, False, False])
+    run = case.trajectories[0]
+    rules = SegmentRules(max_turns=4)
+    for _ in range(3):
+        p = SameLengthRandom({run.id: 2}, seed=_).propose(run, case.trajectories[1:], rules)
+        assert isinstance(p, Proposal) and p.segment.num_turns == 2
+    assert not isinstance(SameLengthRandom({}).propose(run, [], rules), Proposal)
+    # exact expectation of the decision value of 2-turn segments (0,1) and (1,2): gains 1 and 1 -> values
+    # come from case.decision, absent here
+    assert matched_decision(case, run, 2, ProverConfig()) is None
+
+
+def test_evaluate_scores_decision_value_no_effect_and_random_of_the_same_lengths() -> None:
+    # decision values by hand: turn 1 is worth 1, the others 0; segment (1,2) holds 1 of value, 1 no-effect turn
+    case = _case([1], [True, False, False, False])
+    case.decision = {r.id: [0.0, 1.0, 0.0, 0.0] for r in case.trajectories}
+    tally = evaluate(case, Fixed(1, 2), ProverConfig(k=8), same_length=True)
+    row = tally.row()
+    assert (row["decision"], row["no_effect"]) == (1.0, 0.5)
+    # 2-turn admissible segments of the run: (0,1) and (1,2), both hold turn 1: expectation 1
+    assert row["decision_same"] == 1.0
+    assert tally.same is not None and tally.same.nominated == 1 and tally.same.turns == 2
+
+
 def test_quick_harness_prints_one_table_of_judges_by_environments(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    bench = run_judge_bench(JudgeBenchSettings(groups=8, batches=1, textworld=False))
-    assert set(bench.results) == {e.name for e in CORRIDORS} | {
+    bench = run_judge_bench(JudgeBenchSettings(groups=4, batches=1, textworld=False))
+    assert set(bench.results) == {e.name for e in (*CORRIDORS, *LUCK, *NONCE)} | {
         "FrozenLake slippery",
         "Taxi rainy",
         "CliffWalking slippery",
     }
-    assert all(set(rows) == {"anchor", "divergence", "random"} for rows in bench.results.values())
-    assert main(["bench", "judges", "--quick", "--no-textworld", "--out", str(tmp_path)]) == 0
+    assert all(set(rows) == {"choice", "anchor", "divergence", "random"} for rows in bench.results.values())
+    assert set(bench.families()) == {"corridor", "luck", "nonce", "gymnasium"}
+    assert (
+        main(
+            ["bench", "judges", "--quick", "--no-textworld", "--groups", "4", "--batches", "1", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert (
-        "| environment | kind | groups | chance | anchor: loc" in out and "hidden pivot" in out and "Taxi rainy" in out
+        "| environment | kind | groups | chance | choice: loc" in out and "hidden pivot" in out and "Taxi rainy" in out
     )
+    assert "| family | choice: value (same-length)" in out and "beats random of its lengths" in out
     assert (tmp_path / "judges.md").is_file() and (tmp_path / "judges.json").is_file()
 
 
@@ -160,12 +262,15 @@ def test_the_llm_judge_joins_the_table_and_its_failures_count_as_no_nomination()
     from prover_core.judges.llm import LLMJudge
     from tests.chat_server import ChatServer, answer, completion
 
-    settings = JudgeBenchSettings(groups=8, batches=1, textworld=False)
+    settings = JudgeBenchSettings(
+        groups=4, batches=1, textworld=False, only=("hidden pivot", "rockfalls after the key")
+    )
     with ChatServer([answer(0, 0)]) as server:
         bench = run_judge_bench(settings, {"llm": LLMJudge.from_url(server.url, "test-model", max_attempts=1)})
     rows = {env: r["llm"] for env, r in bench.results.items()}
     assert all(r["nominated"] == 1.0 and r["turns"] == 1.0 for r in rows.values() if r["eligible"])
-    assert "llm: loc (same-length chance)" in bench.markdown()
+    assert set(bench.results) == {"hidden pivot", "rockfalls after the key"}
+    assert "llm: loc (same-length chance)" in bench.markdown() and "choice, then llm" in bench.markdown()
     with ChatServer([completion("I think the agent did well.")]) as server:
         judge = LLMJudge.from_url(server.url, "test-model", max_attempts=1, max_repairs=1)
         bench = run_judge_bench(settings, {"llm": judge})

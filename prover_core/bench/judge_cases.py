@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from prover_core.bench.batch import Batch, sample_batch
+from prover_core.bench.luck import PitCorridor
 from prover_core.bench.suite import BASE_WEIGHTS, Corridor
 from prover_core.bench.tabular import Compiled, FloatArray, Sampler, compile_mdp, logits_from_weights, value_table
 from prover_core.data import Outcome, Trajectory
@@ -38,6 +39,9 @@ from prover_core.demo.mdp import Transition
 
 PIVOT_GAP = 0.15
 """The decision gap ``Q_h(s, a) - min_b Q_h(s, b)`` from which a toy-text turn counts as a pivot."""
+
+NO_EFFECT = 0.05
+"""A turn whose choice moved the success probability by less than this (``|Q_h(s, a) - V_h(s)|``) had no effect."""
 
 ContinueFrom = Callable[[Trajectory, int, int], Outcome]
 
@@ -54,6 +58,21 @@ class Case:
     """How verification continues runs: ``{"continue_from": fn}`` or ``{"env": ..., "policy": ...}``."""
     gain: Callable[[str, int, int], float] | None = None
     notes: dict[str, float] = field(default_factory=dict)
+    decision: Mapping[str, Sequence[float]] | None = None
+    """Exact ``Q_h(s_t, a_t) - V_h(s_t)`` of every turn of every run (tabular only): what the choice at
+    turn ``t`` added to the success probability over the policy's average choice there."""
+
+    def decision_value(self, trajectory_id: str, start: int, end: int) -> float | None:
+        """The sum of the decision values of turns ``start..end`` (``None`` without exact values)."""
+        if self.decision is None:
+            return None
+        return float(sum(self.decision[trajectory_id][start : end + 1]))
+
+    def no_effect(self, trajectory_id: str, start: int, end: int) -> int | None:
+        """How many of turns ``start..end`` had no effect: ``|Q - V| < NO_EFFECT`` (``None`` without values)."""
+        if self.decision is None:
+            return None
+        return sum(abs(d) < NO_EFFECT for d in self.decision[trajectory_id][start : end + 1])
 
 
 # -- tabular environments ------------------------------------------------------------------------
@@ -61,12 +80,14 @@ class Case:
 
 @dataclass(frozen=True)
 class TabularEnv:
-    """A :class:`FiniteMDP` and the logits of the policy that plays it."""
+    """A :class:`FiniteMDP` and the logits of the policy that plays it; ``nonce`` is the share of turns
+    whose observation gets a random reference appended (a partial nonce: the state is still named)."""
 
     name: str
     kind: str
     make: Callable[[], Any]
     policy: Callable[[Compiled], FloatArray]
+    nonce: float = 0.0
 
 
 def corridor_policy(weights: Mapping[str, float] | None = None) -> Callable[[Compiled], FloatArray]:
@@ -203,6 +224,112 @@ TOY_TEXT: tuple[TabularEnv, ...] = (
 )
 
 
+LUCK: tuple[TabularEnv, ...] = (
+    TabularEnv(
+        "rockfalls after the key",
+        "luck",
+        lambda: PitCorridor("pits-after", sections=12, items=(3,), forks=(5,), pits=(6, 9), pit_risk=0.5, horizon=40),
+        corridor_policy(),
+    ),
+    TabularEnv(
+        "rockfalls around a hidden pivot",
+        "luck",
+        lambda: PitCorridor(
+            "pits-hidden", sections=12, items=(5,), forks=(8,), pits=(2, 7), pit_risk=0.6, hidden=True, horizon=40
+        ),
+        corridor_policy(),
+    ),
+    TabularEnv(
+        "rockfalls and a ford",
+        "luck",
+        lambda: PitCorridor(
+            "pits-ford", sections=12, items=(2,), fords=(6,), pits=(4, 9), pit_risk=0.4, ford_risk=0.5, horizon=40
+        ),
+        corridor_policy({"take the brass key": 3.0}),
+    ),
+)
+"""Luck-decided corridors (:mod:`prover_core.bench.luck`): a rockfall ends a run whatever it chooses."""
+
+NONCE: tuple[TabularEnv, ...] = (
+    TabularEnv(
+        "hidden pivot, nonce on half the observations",
+        "nonce",
+        lambda: Corridor("hidden-n", sections=12, items=(4,), forks=(2, 8), hidden=True, horizon=40),
+        corridor_policy(),
+        nonce=0.5,
+    ),
+    TabularEnv(
+        "two pivots, nonce on half the observations",
+        "nonce",
+        lambda: Corridor("conjunctive-n", sections=14, items=(3, 9), forks=(6,), horizon=40),
+        corridor_policy(),
+        nonce=0.5,
+    ),
+)
+"""Partial nonces: half the observations carry a random reference, so they never repeat whole."""
+
+HELD_OUT: tuple[TabularEnv, ...] = (
+    TabularEnv(
+        "held-out: late hidden pivot",
+        "corridor",
+        lambda: Corridor("h-hidden", sections=14, items=(9,), forks=(3, 11), hidden=True, horizon=44),
+        corridor_policy(),
+    ),
+    TabularEnv(
+        "held-out: two pivots far apart",
+        "corridor",
+        lambda: Corridor("h-two", sections=15, items=(2, 11), forks=(5, 8), horizon=44),
+        corridor_policy(),
+    ),
+    TabularEnv(
+        "held-out: key then ford",
+        "corridor",
+        lambda: Corridor("h-keyford", sections=12, items=(4,), fords=(8,), forks=(2,), ford_risk=0.5, horizon=40),
+        corridor_policy(),
+    ),
+    TabularEnv(
+        "held-out: rockfalls before the key",
+        "luck",
+        lambda: PitCorridor("h-pits", sections=13, items=(7,), forks=(4,), pits=(2, 5), pit_risk=0.5, horizon=42),
+        corridor_policy(),
+    ),
+    TabularEnv(
+        "held-out: rockfalls, slips and two keys",
+        "luck",
+        lambda: PitCorridor(
+            "h-pits2", sections=14, items=(3, 8), forks=(11,), pits=(5, 10), pit_risk=0.4, slip=0.4, horizon=40
+        ),
+        corridor_policy(),
+    ),
+    TabularEnv(
+        "held-out: nonce on a third, key and ford",
+        "nonce",
+        lambda: Corridor("h-nonce", sections=12, items=(3,), fords=(7,), forks=(5,), ford_risk=0.6, horizon=40),
+        corridor_policy(),
+        nonce=0.33,
+    ),
+    TabularEnv(
+        "held-out: FrozenLake 8x8 slippery",
+        "gymnasium",
+        lambda: gym_table("FrozenLake-v1", 100, _positive, is_slippery=True, map_name="8x8"),
+        epsilon_greedy(0.15),
+    ),
+    TabularEnv(
+        "held-out: CliffWalking slippery, more exploration",
+        "gymnasium",
+        lambda: gym_table("CliffWalking-v1", 50, _always, is_slippery=True),
+        epsilon_greedy(0.3),
+    ),
+    TabularEnv(
+        "held-out: Taxi rainy, less exploration",
+        "gymnasium",
+        lambda: gym_table("Taxi-v4", 30, _positive, is_rainy=True),
+        epsilon_greedy(0.25),
+    ),
+)
+"""Designs (and, with ``--held-out``, seeds) not used while the judges were developed."""
+
+
 def decision_gap(batch: Batch) -> FloatArray:
     """``Q_h(s_t, a_t) - min_b Q_h(s_t, b)`` on every taken turn (0 elsewhere), ``h = H - t`` turns left:
     how much success probability the decision avoided losing."""
@@ -217,6 +344,40 @@ def decision_gap(batch: Batch) -> FloatArray:
                 nxt = np.where(c.e_done[rows], c.e_win[rows].astype(float), values[h - 1, c.e_dst[rows]])
                 q.append(float(np.dot(c.e_prob[rows], nxt)))
             out[i, t] = q[int(ep.actions[i, t])] - min(q)
+    return out
+
+
+def decision_values(batch: Batch) -> FloatArray:
+    """``Q_h(s_t, a_t) - V_h(s_t)`` on every taken turn (0 elsewhere), ``h = H - t`` turns left: what the
+    choice added to the success probability over the policy's average choice at that state. Summed over
+    an episode with the luck terms ``V(s_{t+1}) - Q(s_t, a_t)`` it gives ``R - V(s_0)``."""
+    c, ep, values = batch.c, batch.episodes, batch.values
+    out = np.zeros(ep.states.shape, dtype=np.float64)
+    for i in range(batch.n):
+        for t in range(int(ep.length[i])):
+            s, a, h = int(ep.states[i, t]), int(ep.actions[i, t]), c.horizon - t
+            rows = slice(int(c.out_start[s, a]), int(c.out_start[s, a] + c.out_count[s, a]))
+            nxt = np.where(c.e_done[rows], c.e_win[rows].astype(float), values[h - 1, c.e_dst[rows]])
+            out[i, t] = float(np.dot(c.e_prob[rows], nxt)) - float(values[h, s])
+    return out
+
+
+def _annotate(batch: Batch, nonce: float, rng: np.random.Generator) -> list[Trajectory]:
+    """The batch's trajectories with ``info["stochastic"]`` (the transition had several possible outcomes)
+    on every turn, and a random ``[ref xxxxxxxx]`` appended to a ``nonce`` share of the observations."""
+    c, ep = batch.c, batch.episodes
+    out = []
+    for i, run in enumerate(batch.trajectories()):
+        turns = []
+        for t, turn in enumerate(run.turns):
+            s, a = int(ep.states[i, t]), int(ep.actions[i, t])
+            obs = turn.observation
+            if nonce > 0 and rng.random() < nonce:
+                obs = f"{obs} [ref {int(rng.integers(1 << 32)):08x}]"
+            turns.append(
+                turn.model_copy(update={"observation": obs, "info": {"stochastic": bool(c.out_count[s, a] > 1)}})
+            )
+        out.append(run.model_copy(update={"turns": tuple(turns)}))
     return out
 
 
@@ -243,14 +404,17 @@ def tabular_case(env: TabularEnv, groups: int, group_size: int, seed: int) -> Ca
 
     pivots = {batch.trajectory_id(i): frozenset(np.flatnonzero(pivotal[i]).tolist()) for i in range(batch.n)}
     start_value = float(value_table(c, theta)[h, c.initial])
+    dv = decision_values(batch)
+    decision = {batch.trajectory_id(i): dv[i, : int(ep.length[i])].tolist() for i in range(batch.n)}
     return Case(
         env.name,
         env.kind,
-        batch.trajectories(),
+        _annotate(batch, env.nonce, np.random.default_rng([seed, 7, zlib.crc32(env.name.encode())])),
         pivots,
         {"continue_from": continue_from},
         gain,
         {"success": start_value},
+        decision,
     )
 
 
@@ -267,6 +431,16 @@ class TextWorldKind:
     epsilon: float = 0.7
     max_steps: int = 30
 
+
+TEXTWORLD_HELD_OUT: tuple[TextWorldKind, ...] = (
+    TextWorldKind("held-out: TextWorld cut", {"recipe": 1, "take": 1, "cook": False, "cut": True}, 31, 0.85),
+    TextWorldKind(
+        "held-out: TextWorld cook, rooms", {"recipe": 1, "take": 1, "go": 6, "cook": True, "cut": False}, 32, 0.95
+    ),
+)
+"""TextWorld games (game seeds) not used while the judges were developed. Their exploration (epsilon) was
+set from the policy's success rate alone, with no judge run (cut: 0.58 at epsilon 0.7, 0.17 at 0.9; rooms:
+0.83 at 0.7, 0.42 at 0.9; at the first setting, 0.7 and 0.8, no group was eligible)."""
 
 TEXTWORLD: tuple[TextWorldKind, ...] = (
     TextWorldKind("TextWorld cut", {"recipe": 2, "take": 1, "cook": False, "cut": True}, 11),

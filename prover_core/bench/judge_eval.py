@@ -10,23 +10,55 @@ Figures per (judge, environment), pooled over groups:
 * **nominated**: nominated / eligible groups (the rest were declined or skipped);
 * **acceptance**: accepted (``Delta > 0``) / verified;
 * **exact gain** (tabular environments): the mean exact ``V(s_post) - V(s_pre)`` of nominated segments,
-  and **real accepted**: accepted segments whose exact gain is positive / accepted.
+  and **real accepted**: accepted segments whose exact gain is positive / accepted;
+* **len**: mean turns per nominated segment;
+* **decision value** (tabular): the mean over nominated segments of ``sum_t Q_h(s_t, a_t) - V_h(s_t)``
+  over the segment's turns: what the *choices* in it added, without the luck of the transitions
+  (the exact gain is decision value plus luck); beside it, the same for random admissible segments of
+  the same lengths in the same runs (exact expectation);
+* **no effect**: the share of nominated turns whose choice had no effect (``|Q - V| < NO_EFFECT``):
+  the share of the credit (spread over a segment's turns) that lands on turns that do not matter;
+* **random of its lengths**: a random admissible segment of the same length in the same group, for each
+  group the judge nominated, put through the same ``compute_bonus`` verification: its acceptance,
+  exact gain and decision value.
+
+A judge *beats random of its lengths* on an environment when its decision value is larger than the
+same-length expectation (environments with exact values) or, without exact values (TextWorld), when its
+localisation is larger than the same-length expectation.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prover_core.bench.judge_cases import CORRIDORS, TEXTWORLD, TOY_TEXT, Case, tabular_case, textworld_case
+import numpy as np
+
+from prover_core.bench.judge_cases import (
+    CORRIDORS,
+    HELD_OUT,
+    LUCK,
+    NONCE,
+    TEXTWORLD,
+    TEXTWORLD_HELD_OUT,
+    TOY_TEXT,
+    Case,
+    TabularEnv,
+    TextWorldKind,
+    tabular_case,
+    textworld_case,
+)
 from prover_core.bench.methods import run_bonus_with
 from prover_core.bench.tables import markdown_table
 from prover_core.config import ProverConfig
-from prover_core.data import SegmentRules, Trajectory
+from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
+from prover_core.judges.choice import ChoiceJudge
+from prover_core.judges.combine import FirstOf
 from prover_core.protocols import Judge
 from prover_core.trigger import is_eligible, representative, success_rate
 
@@ -45,10 +77,41 @@ class JudgeTally:
     matched: list[float] = field(default_factory=list)
     gains: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
+    decision: list[float] = field(default_factory=list)
+    decision_same: list[float] = field(default_factory=list)
+    exact_turns: int = 0
+    no_effect: int = 0
+    lengths: dict[str, int] = field(default_factory=dict)
+    """Trajectory id -> length of the nominated segment (what random of its lengths reproduces)."""
+    same: JudgeTally | None = None
+    """Random segments of the same lengths, through the same verification."""
+
+    def add(self, other: JudgeTally) -> None:
+        """Pool ``other`` into this tally (lengths are per batch and not pooled)."""
+        for attr in ("eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns"):
+            setattr(self, attr, getattr(self, attr) + getattr(other, attr))
+        self.exact_turns += other.exact_turns
+        self.no_effect += other.no_effect
+        self.gains += other.gains
+        self.matched += other.matched
+        self.decision += other.decision
+        self.decision_same += other.decision_same
+        if other.same is not None:
+            if self.same is None:
+                self.same = JudgeTally()
+            self.same.add(other.same)
 
     def row(self) -> dict[str, float]:
         nan = float("nan")
+        same = self.same.row() if self.same is not None else {}
         return {
+            "decision": _mean(self.decision),
+            "decision_same": _mean(self.decision_same),
+            "no_effect": self.no_effect / self.exact_turns if self.exact_turns else nan,
+            "same_acceptance": same.get("acceptance", nan),
+            "same_exact_gain": same.get("exact_gain", nan),
+            "same_decision": same.get("decision", nan),
+            "same_localisation": same.get("localisation", nan),
             "eligible": self.eligible,
             "nominated": self.nominated / self.eligible if self.eligible else nan,
             "localisation": self.hits / self.nominated if self.nominated else nan,
@@ -58,6 +121,10 @@ class JudgeTally:
             "turns": self.turns / self.nominated if self.nominated else nan,
             "matched_chance": sum(self.matched) / len(self.matched) if self.matched else nan,
         }
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 def hit(pivots: frozenset[int], start: int, end: int) -> bool:
@@ -91,6 +158,34 @@ def matched_chance(case: Case, run: Trajectory, turns: int, config: ProverConfig
     return sum(hit(case.pivots[run.id], c.start, c.end) for c in same) / len(same) if same else float("nan")
 
 
+def matched_decision(case: Case, run: Trajectory, turns: int, config: ProverConfig) -> float | None:
+    """The mean decision value of ``run``'s admissible segments of exactly ``turns`` turns (exact
+    expectation for a random segment as long as the judge's); ``None`` without exact values."""
+    same = [c for c in config.segment_rules.candidates(run) if c.num_turns == turns]
+    values = [case.decision_value(run.id, c.start, c.end) for c in same]
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+class SameLengthRandom:
+    """A uniformly random admissible segment of a given length in each group: random of a judge's lengths.
+
+    ``lengths`` maps the successful run's id to the length to draw; a run without a length is declined
+    (the judge declined it), so both are verified on the same groups.
+    """
+
+    def __init__(self, lengths: Mapping[str, int], seed: int = 0) -> None:
+        self.lengths, self.seed = dict(lengths), seed
+
+    def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
+        turns = self.lengths.get(success.id)
+        same = [c for c in rules.candidates(success) if c.num_turns == turns]
+        if not same:
+            return Decline(reason="the judge nominated nothing of this length here")
+        rng = np.random.default_rng([self.seed, 1, zlib.crc32(success.id.encode())])
+        return Proposal(segment=same[int(rng.integers(len(same)))], rationale="random segment of the judge's length")
+
+
 def groups_of(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
     out: dict[str, list[Trajectory]] = {}
     for t in trajectories:
@@ -98,8 +193,9 @@ def groups_of(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]
     return out
 
 
-def evaluate(case: Case, judge: Judge, config: ProverConfig) -> JudgeTally:
-    """Run ``compute_bonus`` on the case with ``judge`` and score every eligible group's nomination."""
+def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool = False, seed: int = 0) -> JudgeTally:
+    """Run ``compute_bonus`` on the case with ``judge`` and score every eligible group's nomination;
+    with ``same_length``, also random segments of the judge's lengths through the same verification."""
     result = run_bonus_with(case.trajectories, judge, config, **case.continuations)
     tally = JudgeTally()
     for g in result.report.groups:
@@ -112,8 +208,19 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig) -> JudgeTally:
         seg = g.proposal.segment
         tally.nominated += 1
         tally.turns += seg.num_turns
-        tally.matched.append(matched_chance(case, result.trajectories[g.trajectory_id], seg.num_turns, config))
+        run = result.trajectories[g.trajectory_id]
+        tally.lengths[run.id] = seg.num_turns
+        tally.matched.append(matched_chance(case, run, seg.num_turns, config))
         tally.hits += hit(case.pivots[g.trajectory_id], seg.start, seg.end)
+        value, same_value = (
+            case.decision_value(run.id, seg.start, seg.end),
+            matched_decision(case, run, seg.num_turns, config),
+        )
+        if value is not None and same_value is not None:
+            tally.decision.append(value)
+            tally.decision_same.append(same_value)
+            tally.exact_turns += seg.num_turns
+            tally.no_effect += case.no_effect(run.id, seg.start, seg.end) or 0
         gain = case.gain(g.trajectory_id, seg.start, seg.end) if case.gain is not None else None
         if gain is not None:
             tally.gains.append(gain)
@@ -122,12 +229,20 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig) -> JudgeTally:
             if g.status == "accepted":
                 tally.accepted += 1
                 tally.real_accepted += gain is not None and gain > 0
+    if same_length:
+        tally.same = evaluate(case, SameLengthRandom(tally.lengths, seed), config)
     return tally
 
 
 def offline_judges(seed: int) -> dict[str, Judge]:
-    """The judges that need no server: the default (anchor), the divergence rule and random segments."""
-    return {"anchor": AnchorJudge(), "divergence": DivergenceJudge(), "random": RandomJudge(seed)}
+    """The judges that need no server: the choice judge, the anchor (rate-jump) judge, the divergence rule
+    and random segments."""
+    return {
+        "choice": ChoiceJudge(),
+        "anchor": AnchorJudge(),
+        "divergence": DivergenceJudge(),
+        "random": RandomJudge(seed),
+    }
 
 
 @dataclass(frozen=True)
@@ -141,6 +256,10 @@ class JudgeBenchSettings:
     textworld_groups: int = 8
     textworld: bool = True
     seed: int = 0
+    held_out: bool = False
+    """Run the held-out designs and games (:data:`HELD_OUT`, :data:`TEXTWORLD_HELD_OUT`) instead."""
+    only: tuple[str, ...] = ()
+    """Run only the environments of these names (all when empty)."""
 
 
 QUICK_JUDGES = JudgeBenchSettings(groups=16, batches=2, textworld_groups=4)
@@ -152,10 +271,29 @@ class JudgeBench:
     """``results[env][judge]`` rows, the chance level per environment, and notes."""
 
     results: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    tallies: dict[str, dict[str, JudgeTally]] = field(default_factory=dict)
     chance: dict[str, float] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    def beats_same_length(self, judge: str, rows: Mapping[str, float]) -> bool | None:
+        """Whether ``rows`` (one environment or family) show ``judge`` beating random of its lengths:
+        decision value where exact, else localisation; ``None`` when there is nothing to compare."""
+        if not math.isnan(rows.get("decision_same", float("nan"))):
+            return not math.isnan(rows["decision"]) and rows["decision"] > rows["decision_same"]
+        theirs = rows.get("matched_chance", float("nan"))
+        if math.isnan(theirs):
+            return None
+        return not math.isnan(rows["localisation"]) and rows["localisation"] > theirs
+
+    def families(self) -> dict[str, dict[str, dict[str, float]]]:
+        """``families[kind][judge]``: the rows of every environment of a kind, pooled."""
+        pooled: dict[str, dict[str, JudgeTally]] = {}
+        for env, by_judge in self.tallies.items():
+            for judge, tally in by_judge.items():
+                pooled.setdefault(self.kinds[env], {}).setdefault(judge, JudgeTally()).add(tally)
+        return {kind: {j: t.row() for j, t in by.items()} for kind, by in pooled.items()}
 
     def wins(self, judge: str, over: str = "chance") -> tuple[int, int]:
         """Environments where ``judge``'s localisation beats random segments: ``over="chance"`` (any length),
@@ -184,6 +322,11 @@ class JudgeBench:
             "chance",
             *[f"{j}: loc (same-length chance) / nom / acc / gain / len" for j in judges],
         ]
+        detail_header = [
+            "environment",
+            *[f"{j}: value (same-length) / no-effect / same-length verified: acc, gain" for j in judges],
+        ]
+        details = []
         rows = []
         for env, by_judge in self.results.items():
             eligible = max((int(r["eligible"]) for r in by_judge.values()), default=0)
@@ -198,29 +341,74 @@ class JudgeBench:
                     f" / {_fmt(r['exact_gain'], signed=True)} / {_fmt(r['turns'], digits=1)}"
                 )
             rows.append(cells)
+            detail = [env]
+            for j in judges:
+                r = by_judge.get(j)
+                detail.append(
+                    "-"
+                    if r is None
+                    else f"{_fmt(r['decision'], signed=True)} ({_fmt(r['decision_same'], signed=True)})"
+                    f" / {_fmt(r['no_effect'])} / {_fmt(r['same_acceptance'])},"
+                    f" {_fmt(r['same_exact_gain'], signed=True)}"
+                )
+            details.append(detail)
+        families = self.families()
+        fam_rows = []
+        for kind, by_judge in families.items():
+            cells = [kind]
+            for j in judges:
+                r = by_judge.get(j)
+                if r is None:
+                    cells.append("-")
+                    continue
+                beat = self.beats_same_length(j, r)
+                cells.append(
+                    f"{_fmt(r['decision'], signed=True)} ({_fmt(r['decision_same'], signed=True)}) / "
+                    f"{_fmt(r['localisation'])} ({_fmt(r['matched_chance'])}) / {_fmt(r['turns'], digits=1)} / "
+                    f"{_fmt(r['no_effect'])} / {'-' if beat is None else 'yes' if beat else 'NO'}"
+                )
+            fam_rows.append(cells)
+        fam_header = [
+            "family",
+            *[f"{j}: value (same-length) / loc (same-length) / len / no-effect / beats" for j in judges],
+        ]
         lines = [
             markdown_table(header, rows),
+            "",
+            markdown_table(detail_header, details),
+            "",
+            "By family (every environment of a kind pooled):",
+            "",
+            markdown_table(fam_header, fam_rows),
             "",
             "groups: eligible groups; loc: nominated segments holding a true pivot (in brackets: the same for "
             "random admissible segments as long as the judge's, exact expectation); chance: the same for a "
             "uniformly random admissible segment (exact expectation); nom: nominated / eligible groups (the "
             "rest declined); acc: accepted (Delta > 0) / verified; gain: mean exact V(post) - V(pre) of "
             "nominated segments (tabular only); "
-            "len: mean turns per nominated segment (random admissible segments: about 2.5).",
+            "len: mean turns per nominated segment (random admissible segments: about 2.5). "
+            "value: mean decision value sum(Q - V) of nominated segments (tabular only; in brackets: random "
+            "admissible segments of the same lengths in the same runs, exact expectation); no-effect: share of "
+            "nominated turns with |Q - V| < 0.05; same-length verified: random segments of the judge's lengths "
+            "in the groups it nominated, through the same verification (acceptance, exact gain). beats: value "
+            "above the same-length value (localisation where no exact values).",
         ]
         for j in judges:
             won, total = self.wins(j)
             same, _ = self.wins(j, "matched")
+            beats = [self.beats_same_length(j, rows[j]) for rows in self.results.values() if j in rows]
             lines.append(
                 f"- {j}: localisation above chance in {won} of {total} environments, "
-                f"above random segments of its own lengths in {same}"
+                f"above random segments of its own lengths in {same}; beats random of its lengths "
+                f"(decision value, localisation without exact values) in {sum(b is True for b in beats)} of "
+                f"{sum(b is not None for b in beats)}"
             )
         lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 def _judge_order(name: str) -> tuple[int, str]:
-    order = {"anchor": 0, "divergence": 1, "random": 2}
+    order = {"choice": 0, "anchor": 1, "divergence": 2, "random": 3}
     return order.get(name, 3), name
 
 
@@ -239,13 +427,15 @@ def run_judge_bench(
     began = time.perf_counter()
     config = ProverConfig(k=settings.k, seed=settings.seed)
     out = JudgeBench()
-    cases: list[tuple[str, Any]] = [(e.name, e) for e in CORRIDORS]
+    tabular: tuple[TabularEnv, ...] = HELD_OUT if settings.held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
+    games: tuple[TextWorldKind, ...] = TEXTWORLD_HELD_OUT if settings.held_out else TEXTWORLD
+    cases: list[tuple[str, Any]] = []
     try:
         import gymnasium  # noqa: F401
     except ImportError:
         out.notes.append("gymnasium toy-text skipped: gymnasium is not installed (pip install 'prover-core[gym]')")
-    else:
-        cases += [(e.name, e) for e in TOY_TEXT]
+        tabular = tuple(e for e in tabular if e.kind != "gymnasium")
+    cases += [(e.name, e) for e in tabular if not settings.only or e.name in settings.only]
     if settings.textworld:
         try:
             import textworld  # noqa: F401
@@ -254,28 +444,27 @@ def run_judge_bench(
                 "TextWorld games skipped: textworld is not installed (pip install 'prover-core[textworld]')"
             )
         else:
-            cases += [(kind.name, kind) for kind in TEXTWORLD]
+            cases += [(kind.name, kind) for kind in games if not settings.only or kind.name in settings.only]
     for name, env in cases:
         tallies: dict[str, JudgeTally] = {}
         chances: list[float] = []
-        batches = settings.batches if env in (*CORRIDORS, *TOY_TEXT) else 1
+        batches = settings.batches if isinstance(env, TabularEnv) else 1
         for b in range(batches):
             seed = settings.seed * 1000 + b
-            if env in TEXTWORLD:
+            if isinstance(env, TextWorldKind):
                 case = textworld_case(env, settings.textworld_groups, settings.group_size, seed, textworld_cache)
             else:
                 case = tabular_case(env, settings.groups, settings.group_size, seed)
             out.kinds[name] = case.kind
             chances += chance_shares(case, config.segment_rules, config)
             judges: dict[str, Judge] = {**offline_judges(seed), **(extra_judges or {})}
+            if extra_judges and "llm" in extra_judges:  # the combination rule: the LLM only where choice declines
+                judges["choice, then llm"] = FirstOf(ChoiceJudge(), extra_judges["llm"])
             for judge_name, judge in judges.items():
-                tally = evaluate(case, judge, config)
-                total = tallies.setdefault(judge_name, JudgeTally())
-                for attr in ("eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns"):
-                    setattr(total, attr, getattr(total, attr) + getattr(tally, attr))
-                total.gains += tally.gains
-                total.matched += tally.matched
+                tally = evaluate(case, judge, config, same_length=judge_name != "random", seed=seed)
+                tallies.setdefault(judge_name, JudgeTally()).add(tally)
         out.chance[name] = sum(chances) / len(chances) if chances else float("nan")
+        out.tallies[name] = tallies
         out.results[name] = {j: t.row() for j, t in tallies.items()}
     out.seconds = time.perf_counter() - began
     return out
@@ -289,6 +478,8 @@ def judges_command(
     llm: Judge | None = None,
     groups: int | None = None,
     batches: int | None = None,
+    held_out: bool = False,
+    textworld_groups: int | None = None,
 ) -> int:
     """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
     import dataclasses
@@ -298,10 +489,12 @@ def judges_command(
     base = QUICK_JUDGES if quick else FULL_JUDGES
     settings = dataclasses.replace(
         base,
-        seed=seed,
         textworld=(not quick) if textworld is None else textworld,
         groups=base.groups if groups is None else groups,
         batches=base.batches if batches is None else batches,
+        held_out=held_out,
+        seed=seed + (7 if held_out else 0),
+        textworld_groups=base.textworld_groups if textworld_groups is None else textworld_groups,
     )
     bench = run_judge_bench(settings, extra_judges={"llm": llm} if llm is not None else None)
     if not settings.textworld:
@@ -309,6 +502,10 @@ def judges_command(
     command = "prover bench judges" + (" --quick" if quick else "")
     command += f" --groups {groups}" if groups is not None else ""
     command += f" --batches {batches}" if batches is not None else ""
+    command += " --held-out" if held_out else ""
+    command += f" --seed {seed}" if seed else ""
+    command += " --textworld" if textworld and quick else ""
+    command += f" --textworld-groups {textworld_groups}" if textworld_groups is not None else ""
     text = (
         f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
         f"{settings.group_size} per tabular environment, {settings.textworld_groups} groups per TextWorld game; "
@@ -318,7 +515,12 @@ def judges_command(
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "judges.md").write_text(text, encoding="utf-8")
-    payload = {"settings": dataclasses.asdict(settings), "chance": bench.chance, "results": bench.results}
+    payload = {
+        "settings": dataclasses.asdict(settings),
+        "chance": bench.chance,
+        "results": bench.results,
+        "families": bench.families(),
+    }
     (folder / "judges.json").write_text(json.dumps(payload, indent=2, allow_nan=True), encoding="utf-8")
     print(f"written to {out}/ (judges.md, judges.json)")
     return 0

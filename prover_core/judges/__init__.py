@@ -1,7 +1,8 @@
 """Judges that nominate a segment (stage 2).
 
-``RandomJudge`` is the paper's ablation; ``AnchorJudge`` (group statistics at anchor states) and
-``DivergenceJudge`` are rules that need no model;
+``RandomJudge`` is the paper's ablation; ``AnchorJudge`` (rate jumps at anchor states), ``ChoiceJudge``
+(choices compared from the same anchor state) and ``DivergenceJudge`` are rules that need no model;
+``FirstOf`` combines judges (the first proposal wins);
 ``LLMJudge`` speaks the OpenAI chat-completions protocol (docs/judges.md; imported on first use,
 so that code without an LLM judge does not pay for httpx and tenacity at import time).
 """
@@ -9,6 +10,8 @@ so that code without an LLM judge does not pay for httpx and tenacity at import 
 from typing import TYPE_CHECKING, Any
 
 from prover_core.judges.anchor import AnchorJudge
+from prover_core.judges.choice import ChoiceJudge
+from prover_core.judges.combine import FirstOf
 from prover_core.judges.divergence import DivergenceJudge
 from prover_core.judges.random_segment import RandomJudge
 
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
     from prover_core.judges.llm import LLMJudge
     from prover_core.judges.llm_config import LLMJudgeConfig
 
-__all__ = ["AnchorJudge", "DivergenceJudge", "LLMJudge", "LLMJudgeConfig", "RandomJudge"]
+__all__ = ["AnchorJudge", "ChoiceJudge", "DivergenceJudge", "FirstOf", "LLMJudge", "LLMJudgeConfig", "RandomJudge"]
 
 
 def __getattr__(name: str) -> Any:

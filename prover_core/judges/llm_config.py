@@ -81,6 +81,14 @@ class LLMJudgeConfig(BaseModel):
     """Times an invalid answer is sent back with the reason before the group is skipped."""
     allow_decline: bool = True
     """Whether the judge may answer ``start_turn = end_turn = null`` (no segment; the group keeps GRPO credit)."""
+    answer_form: Literal["segment", "span"] = "segment"
+    """``segment``: the model answers ``start_turn`` and ``end_turn``; ``span``: ``start_turn`` and ``turns``
+    (a length), each from an enum, and every pair the schema allows maps to an admissible segment (the
+    longest admissible one from ``start_turn`` of at most ``turns`` turns; :mod:`~prover_core.judges.llm_span`).
+    For small models under constrained decoding, which otherwise produce over-long segments."""
+    evidence_summary: bool = False
+    """Add to the prompt the group's choice statistics (:class:`~prover_core.judges.choice.ChoiceJudge`):
+    the turns where the failed runs, at the same state, chose otherwise (for small models)."""
 
     # Prompt size (see :mod:`prover_core.judges.llm_prompt` for the truncation rule).
     max_field_chars: int = Field(default=1500, ge=40)

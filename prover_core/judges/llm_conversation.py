@@ -40,6 +40,7 @@ from prover_core.judges.llm_answer import answer_schema, check_answer, describe_
 from prover_core.judges.llm_client import ChatResponse
 from prover_core.judges.llm_config import LLMJudgeConfig
 from prover_core.judges.llm_prompt import ActionCheck, clip, system_prompt, user_prompt
+from prover_core.judges.llm_span import span_schema, span_to_segment_text
 from prover_core.judges.llm_tools import TOOL_SPECS, Toolbox, ToolError
 
 _ANSWER_NOW = "The tool rounds are used up. Answer now with the JSON object only."
@@ -70,7 +71,11 @@ class Conversation:
             {"role": "user", "content": user_prompt(success, failures, rules, config, check)},
         ]
         self._tags: list[tuple[str, int]] = [("prompt", 0), ("prompt", 0)]  # (kind, tool batch) per message
-        self.schema = answer_schema(success, rules, check, config.allow_decline)
+        self.schema = (
+            span_schema(success, rules, check, config.allow_decline)
+            if config.answer_form == "span"
+            else answer_schema(success, rules, check, config.allow_decline)
+        )
         self.toolbox = Toolbox(success, failures, config, check)
         self.tools_open = config.mode == "agentic" and config.max_tool_rounds > 0
         self.repairs = 0
@@ -124,7 +129,10 @@ class Conversation:
             self._tools(message.content, message.tool_calls)
             self._trim()
             return None
-        answer = parse_answer(message.content, truncated=choice.finish_reason == "length")
+        content = message.content
+        if self.config.answer_form == "span":
+            content = span_to_segment_text(content, self.success, self.rules, self.check)
+        answer = parse_answer(content, truncated=choice.finish_reason == "length")
         result = (
             answer
             if isinstance(answer, str)

@@ -141,8 +141,16 @@ the agent {did_what}.
 Rules for the segment: turn numbers are the ones shown; it has at most {max_turns} turns; {end_rule}; \
 it must not include any turn marked INVALID ACTION.
 {tools}Answer with a single JSON object and nothing else:
-{{"failure_mode": "<one sentence>", "start_turn": <int>, "end_turn": <int>, "rationale": "<one sentence>"}}
+{answer_line}
 {decline}"""
+
+_SEGMENT_LINE = (
+    '{"failure_mode": "<one sentence>", "start_turn": <int>, "end_turn": <int>, "rationale": "<one sentence>"}'
+)
+_SPAN_LINE = (
+    '{{"failure_mode": "<one sentence>", "start_turn": <int>, "turns": <int from 1 to {max_turns}: how many turns '
+    'from start_turn>, "rationale": "<one sentence>"}}'
+)
 
 _TOOLS_TEXT = """\
 Before answering you may call the tools search_trajectory(query, k) (finds turns of the {others} runs) and \
@@ -151,7 +159,7 @@ get_segment(trajectory_id, start_turn, end_turn) (reads turns of any run in full
 
 _DECLINE_TEXT = (
     'If no segment of the {examined} run fits, answer {{"failure_mode": "<why>", "start_turn": null, '
-    '"end_turn": null, "rationale": "<why>"}}.'
+    '"{second}": null, "rationale": "<why>"}}.'
 )
 
 # The paper's direction: examine the successful run against the failed ones. ``compute_bonus`` may also
@@ -185,8 +193,12 @@ def system_prompt(success: Trajectory, rules: SegmentRules, config: LLMJudgeConf
         " (the final turn cannot be chosen)" if rules.nonterminal_end else ""
     )
     tools = _TOOLS_TEXT.format(rounds=config.max_tool_rounds, **roles) if config.mode == "agentic" else ""
-    decline = _DECLINE_TEXT.format(**roles) if config.allow_decline else ""
+    span = config.answer_form == "span"
+    second = "turns" if span else "end_turn"
+    decline = _DECLINE_TEXT.format(second=second, **roles) if config.allow_decline else ""
+    answer_line = _SPAN_LINE.format(max_turns=rules.max_turns) if span else _SEGMENT_LINE
     return SYSTEM_PROMPT.format(
+        answer_line=answer_line,
         max_turns=rules.max_turns,
         end_rule=end_rule,
         tools=tools,
@@ -211,7 +223,17 @@ def user_prompt(
     ]
     if len(failures) > len(shown):
         parts.append(f"({len(failures) - len(shown)} more {roles['others']} runs not shown)")
+    if config.evidence_summary:
+        parts.append(evidence_summary(success, failures, rules, roles["others"]))
     invalid = [t for t, turn in enumerate(success.turns) if check(turn) is not None]
+    if config.answer_form == "span":
+        parts.append(
+            f"## Your answer\nChoose start_turn within 0..{last_end(success, rules)} of the {roles['examined']} "
+            f"run and turns from 1 to {rules.max_turns} (1 if one decision did it)"
+            + (f"; the invalid turns {invalid} are never included" if invalid else "")
+            + "."
+        )
+        return "\n\n".join(parts)
     parts.append(
         f"## Your answer\nChoose start_turn <= end_turn within 0..{last_end(success, rules)} of the "
         f"{roles['examined']} run, at most {rules.max_turns} turns long"
@@ -219,3 +241,26 @@ def user_prompt(
         + "."
     )
     return "\n\n".join(parts)
+
+
+def evidence_summary(
+    success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules, others: str = "failed", limit: int = 5
+) -> str:
+    """The group's choice statistics in a few lines: the turns where the ``others`` runs, standing where the
+    examined run stood, least often made its choice (:func:`~prover_core.judges.choice.choice_evidence`,
+    smallest ``p = (k+1)/(m+1)`` first, at most ``limit``), so that a small model need not compare runs."""
+    from prover_core.judges.choice import choice_evidence
+    from prover_core.judges.keys import repeating_key
+
+    stats = choice_evidence(success, failures, last_end(success, rules), repeating_key([success, *failures]))
+    shown = sorted((e for e in stats if e.visited > 0), key=lambda e: (e.p, e.turn))[:limit]
+    if not shown:
+        return f"## Evidence\nNo {others} run ever stood where this run stood: no comparison is possible."
+    lines = [f"## Evidence (the turns where the {others} runs, in the same situation, most rarely did the same)"]
+    for e in shown:
+        action = clip(as_text(success.turns[e.turn].action), 80)
+        lines.append(
+            f"- turn {e.turn} ({action}): {e.visited} {others} run(s) were in the same situation, "
+            f"{e.took} of them did the same"
+        )
+    return "\n".join(lines)

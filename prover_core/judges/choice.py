@@ -1,0 +1,168 @@
+"""A rule judge that credits choices, not chance: actions compared from the same anchor state.
+
+The group is the successful run ``S`` and the failed runs ``F``; an *anchor* is an observation key
+(:func:`~prover_core.judges.keys.repeating_key` by default: the tokens that repeat in the group, so a
+nonce on some observations does not hide the state). For a nonterminal turn ``t`` of ``S`` at anchor
+``o_t`` choosing ``a_t``:
+
+* ``m_t``: the failed runs that stood at ``o_t`` (at any turn); ``k_t``: those of them that chose ``a_t``
+  there (at any visit).
+
+Over the ``m_t + 1`` runs that stood at ``o_t``, the success rate of the runs that chose ``a_t`` is
+``1 / (k_t + 1)`` and of those that never did ``0 / (m_t - k_t)``. If the choice did not matter (runs
+through ``o_t`` exchangeable), the one success would be among the choosers with probability
+
+    p_t = (k_t + 1) / (m_t + 1)     (exact one-sided Fisher test of [[1, k_t], [0, m_t - k_t]])
+
+Both rates are measured *at the same state*, so what happened after the choice (a lucky slip, a
+survived gamble) does not enter: failed runs that made the same choice and were unlucky count
+against it (they raise ``k_t``). This is the difference from the rate jump between consecutive anchors
+(:class:`~prover_core.judges.anchor.AnchorJudge`'s ``q_t``), which luck produces as well as choices.
+
+The rule, in order (the first level with a candidate wins; one turn is nominated):
+
+1. **led away**: turns with choice evidence (below) or divergence (below) whose choice took the run to
+   an anchor ``o_{t+1}`` no failed run ever stood at, by a transition the environment did not report as
+   stochastic (``turn.info["stochastic"] is True`` marks a transition with several possible outcomes: a
+   new state reached by it may be luck); the smallest ``p_t`` wins, then the ties below;
+2. **choice evidence**: turns with ``m_t >= min_failures`` and ``p_t <= alpha``; a turn whose action
+   changed the anchor (``o_{t+1} != o_t``) first (a choice after which the run stood where it stood is
+   a no-op as far as the observation tells), then one whose transition was not reported stochastic, then
+   the smallest ``p_t``, then the earliest;
+3. **divergence** (weaker): turns where at least one failed run stood at ``o_t`` and none chose ``a_t``
+   (``k_t = 0``, ``m_t >= 1``): the same ties, then the most such runs, then the earliest;
+4. otherwise it *declines*, with the smallest ``p_t`` in the reason.
+
+The segment is the single turn ``[t, t]``: the statistic is about one decision at one state, and no
+other turn's evidence says a longer segment is needed; the rationale says so. An LLM judge can be
+added behind it with :class:`~prover_core.judges.combine.FirstOf` (it is asked only when this one
+declines).
+
+One success carries one sample of ``P(success | choice)``: a harmless action that is rare under the
+policy gets the same ``p_t`` as a needed one; preferring actions that change the anchor keeps no-op
+actions (``wait``) back only when another turn has evidence, and a hidden pivot (an action with no
+trace in the observation) is then passed over too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
+from prover_core.judges.keys import Key, repeating_key, value_key
+
+
+@dataclass(frozen=True)
+class ChoiceEvidence:
+    """Turn ``t`` of the successful run: ``m_t``, ``k_t`` and what the turn did (module docstring)."""
+
+    turn: int
+    visited: int  # m_t
+    took: int  # k_t
+    changed: bool  # o_{t+1} != o_t
+    stochastic: bool  # the environment reported the transition as stochastic
+    new_ground: bool = False  # no failed run ever stood at o_{t+1}
+
+    @property
+    def p(self) -> float:
+        """``(k_t + 1) / (m_t + 1)``: the chance the success chose ``a_t`` if the choice did not matter."""
+        return (self.took + 1) / (self.visited + 1)
+
+    @property
+    def led_away(self) -> bool:
+        """The choice took the run where no failed run went, by a transition not reported stochastic."""
+        return self.new_ground and not self.stochastic
+
+    @property
+    def tie(self) -> tuple[int, int]:
+        """Ties prefer a changed anchor, then a transition not reported stochastic."""
+        return (0 if self.changed else 1, 1 if self.stochastic else 0)
+
+
+def choice_evidence(success: Trajectory, failures: Sequence[Trajectory], last: int, key: Key) -> list[ChoiceEvidence]:
+    """:class:`ChoiceEvidence` for turns ``0..last`` of ``success`` under the anchor ``key``."""
+    taken_by_run: list[dict[Hashable, set[Hashable]]] = []
+    for run in failures:
+        taken: dict[Hashable, set[Hashable]] = {}
+        for turn in run.turns:
+            taken.setdefault(key(turn.observation), set()).add(value_key(turn.action))
+        taken_by_run.append(taken)
+    seen = set().union(*taken_by_run) if taken_by_run else set()
+    out = []
+    for t in range(last + 1):
+        turn = success.turns[t]
+        o, a = key(turn.observation), value_key(turn.action)
+        nxt = key(success.turns[t + 1].observation) if t + 1 < success.num_turns else None
+        m = sum(o in taken for taken in taken_by_run)
+        k = sum(a in taken.get(o, ()) for taken in taken_by_run)
+        stochastic = turn.info.get("stochastic") is True
+        out.append(
+            ChoiceEvidence(t, m, k, nxt is not None and nxt != o, stochastic, nxt is not None and nxt not in seen)
+        )
+    return out
+
+
+class ChoiceJudge:
+    """Nominates the one turn whose choice, compared with the failed runs' choices at the same state,
+    best separates the success from them (module docstring).
+
+    ``alpha``: the largest ``p_t`` that is choice evidence; ``min_failures``: the fewest failed runs at
+    the anchor for it; ``divergence``: whether the weaker divergence level is used; ``key``: maps an
+    observation to its anchor (default: the repeating tokens of the group, :func:`repeating_key`).
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.25,
+        min_failures: int = 2,
+        divergence: bool = True,
+        key: Key | None = None,
+    ) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        if min_failures < 1:
+            raise ValueError(f"min_failures must be at least 1, got {min_failures}")
+        self.alpha, self.min_failures, self.divergence, self.key = alpha, min_failures, divergence, key
+
+    def __repr__(self) -> str:
+        return f"ChoiceJudge(alpha={self.alpha}, min_failures={self.min_failures}, divergence={self.divergence})"
+
+    def evidence(self, success: Trajectory, failures: Sequence[Trajectory], last: int) -> list[ChoiceEvidence]:
+        key = self.key if self.key is not None else repeating_key([success, *failures])
+        return choice_evidence(success, failures, last, key)
+
+    def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
+        last = success.num_turns - (2 if rules.nonterminal_end else 1)
+        if last < 0:
+            return Decline(reason=f"trajectory has {success.num_turns} turns: no admissible segment")
+        stats = self.evidence(success, failures, last)
+        strong = [e for e in stats if e.visited >= self.min_failures and e.p <= self.alpha]
+        weak = [e for e in stats if e.visited >= 1 and e.took == 0] if self.divergence else []
+        led = [e for e in (*strong, *weak) if e.led_away]
+        if led:
+            top = min(led, key=lambda e: (e.p, e.tie, e.turn))
+            level = "a choice that led where no failed run went (p <= alpha, or no failed run at the state chose it)"
+        elif strong:
+            top = min(strong, key=lambda e: (e.tie, e.p, e.turn))
+            level = f"choice evidence (p <= alpha = {self.alpha})"
+        elif weak:
+            top = min(weak, key=lambda e: (e.tie, -e.visited, e.turn))
+            level = "divergence (weaker: too few failed runs at the state for p <= alpha)"
+        else:
+            best = min(stats, key=lambda e: (e.p, e.turn))
+            return Decline(
+                reason=f"no choice evidence: the smallest p = (k+1)/(m+1) is {best.p:.2f} at turn {best.turn} "
+                f"(m={best.visited} failed runs at that state, k={best.took} made the same choice); "
+                f"alpha={self.alpha}, and no turn where failed runs at the state all chose otherwise"
+            )
+        action = success.turns[top.turn].action
+        return Proposal(
+            segment=Segment(trajectory_id=success.id, start=top.turn, end=top.turn),
+            rationale=(
+                f"turn {top.turn}, by {level}: {top.visited} failed run(s) stood at the same state, {top.took} "
+                f"chose {action!r} (p={top.p:.2f}"
+                + (", transition reported stochastic" if top.stochastic else "")
+                + "); 1 turn: the evidence is about this one decision and no other turn's supports a longer segment"
+            ),
+        )
