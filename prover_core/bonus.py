@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from prover_core._aio import run_sync
+from prover_core._aio import resolve, run_sync
 from prover_core.config import ProverConfig
 from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Trajectory
@@ -308,12 +308,14 @@ async def acompute_bonus(
 
     _warn_if_all_skipped([records[gid] for gid, _ in eligible])
     stats = getattr(judge, "stats", None)
+    policy_stats = getattr(policy, "report_stats", None)
     report = Report(
         groups=[records[gid] for gid in groups],
         judge_calls=len(eligible),
         rollout_turns=sum(t.num_turns for t in everyone),
         rollout_episodes=len(everyone),
         judge_stats=dict(stats()) if callable(stats) else {},
+        engine_stats=dict(await resolve(policy_stats())) if callable(policy_stats) else {},
     )
     if logger.isEnabledFor(logging.INFO):
         logger.info(_summary(report, time.perf_counter() - started))

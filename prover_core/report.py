@@ -79,6 +79,8 @@ class Report(BaseModel):
     """Trajectories in the batch (the GRPO rollout's episodes)."""
     judge_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the judge reports about itself (``judge.stats()``), e.g. tokens and retries."""
+    engine_stats: dict[str, float] = Field(default_factory=dict)
+    """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
 
     def count(self, *statuses: Status) -> int:
         return sum(g.status in statuses for g in self.groups)
@@ -104,6 +106,8 @@ class Report(BaseModel):
         Everything about the judge is under ``judge/``: ``judge/propose_calls`` (how many groups it
         was asked about, any judge; formerly ``judge_calls``) and whatever the judge
         reports itself (``judge/<name>``, e.g. the LLM judge's ``judge/calls``, its HTTP requests).
+        The continuation policy's own figures follow unprefixed (``engine_logprob_gap_mean`` and the
+        other figures of :class:`~prover_core.engine.parity.ParityMonitor`).
         """
         gain = [g for g in self.groups if g.direction == "gain"]
         drop = [g for g in self.groups if g.direction == "drop"]
@@ -157,6 +161,7 @@ class Report(BaseModel):
                 }
             )
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
+        out.update({k: float(v) for k, v in self.engine_stats.items()})
         out["judge/propose_calls"] = self.judge_calls
         return {prefix + k: float(v) for k, v in out.items()}
 

@@ -6,23 +6,28 @@ The context of a continuation from state ``s_b`` is exactly the token ids the ag
 at turn ``b`` (prompt ids + completion ids up to turn ``b``'s action span), then, for every new turn, the
 generated action ids and the rendered observation ids: text is never re-tokenised.
 :class:`OpenAICompletionsEngine` speaks to a ``/v1/completions`` server that takes token ids (vLLM,
-SGLang; docs/engines.md); it is imported on first use, so that code without it does not pay for httpx
-and tenacity at import time.
+SGLang; docs/engines.md), :class:`LlamaServerEngine` to llama.cpp's ``llama-server``; both are imported
+on first use, so that code without them does not pay for httpx and tenacity at import time.
+:class:`ParityMonitor` compares the engine's logprobs of sampled tokens with the trainer's.
 """
 
 from typing import TYPE_CHECKING, Any
 
+from prover_core.engine.parity import ParityMonitor
 from prover_core.engine.policy import EnginePolicy, action_seed
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenSequence, TokenStore
 
 if TYPE_CHECKING:
+    from prover_core.engine.llama import LlamaServerEngine
     from prover_core.engine.openai import OpenAICompletionsEngine
 
 __all__ = [
     "EnginePolicy",
     "Generation",
+    "LlamaServerEngine",
     "OpenAICompletionsEngine",
+    "ParityMonitor",
     "SamplingParams",
     "TokenEngine",
     "TokenSequence",
@@ -36,4 +41,8 @@ def __getattr__(name: str) -> Any:
         from prover_core.engine.openai import OpenAICompletionsEngine
 
         return OpenAICompletionsEngine
+    if name == "LlamaServerEngine":
+        from prover_core.engine.llama import LlamaServerEngine
+
+        return LlamaServerEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

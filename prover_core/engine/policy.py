@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from prover_core._aio import resolve
+from prover_core.engine.parity import ParityMonitor
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenStore
 from prover_core.errors import EngineError, EngineTimeoutError
@@ -59,6 +60,8 @@ class EnginePolicy:
     returns the token ids the rollout appended for an observation, ``parse_action(generation)`` the
     action handed to the environment (default: the generation's text). At most ``max_concurrency``
     engine calls are in flight at once (the engine batches them); each call gets ``timeout_s``.
+    ``parity`` (a :class:`~prover_core.engine.parity.ParityMonitor`) is offered every action; its gaps
+    reach the report's metrics through :meth:`report_stats`.
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class EnginePolicy:
         sampling: SamplingParams | None = None,
         max_concurrency: int = 256,
         timeout_s: float | None = None,
+        parity: ParityMonitor | None = None,
     ) -> None:
         if not callable(getattr(engine, "generate", None)):
             raise TypeError(f"engine must have a generate(prompt_ids, params) method, got {type(engine).__name__}")
@@ -86,6 +90,7 @@ class EnginePolicy:
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self.stats = EngineStats()
+        self.parity = parity
         self._contexts: dict[tuple[str, int, int], tuple[int, list[int]]] = {}
         self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
@@ -93,6 +98,15 @@ class EnginePolicy:
         """Forget every continuation's context and the counters (call once per training step)."""
         self._contexts.clear()
         self.stats = EngineStats()
+        if self.parity is not None:
+            self.parity.reset()
+
+    async def report_stats(self) -> dict[str, float]:
+        """Figures for the step's report: the parity monitor's gaps (scored now), else nothing."""
+        if self.parity is None:
+            return {}
+        await self.parity.evaluate()
+        return self.parity.metrics()
 
     def context_ids(self, context: PolicyContext) -> tuple[tuple[str, int, int], int, list[int]]:
         """``(key, j, ids)``: the continuation's key, the index of its next action, and its exact context."""
@@ -116,6 +130,8 @@ class EnginePolicy:
         key, j, ids = self.context_ids(context)
         generation = await self.generate(ids, self.sampling.with_seed(action_seed(context.seed, j)))
         self._contexts[key] = (j, ids + list(map(int, generation.token_ids)))
+        if self.parity is not None:
+            self.parity.offer(ids, generation)
         return self.parse_action(generation)
 
     async def generate(self, ids: Sequence[int], params: SamplingParams) -> Generation:
