@@ -115,3 +115,17 @@ def test_hand_worked_gaps_accumulate_over_evaluations_and_reset_clears_them() ->
     assert stats.mean == pytest.approx((0.5 + 0.75 + 2.0) / 3)
     monitor.reset()
     assert monitor.metrics()["engine_logprob_gap_tokens"] == 0.0
+
+
+def test_per_process_figures_merge_into_the_token_weighted_mean_and_the_largest_max() -> None:
+    from prover_core.engine.parity import merge_metrics
+
+    a = {"engine_logprob_gap_mean": 0.1, "engine_logprob_gap_max": 0.5, "engine_logprob_gap_tokens": 30.0}
+    b = {"engine_logprob_gap_mean": 0.4, "engine_logprob_gap_max": 0.9, "engine_logprob_gap_tokens": 10.0}
+    merged = merge_metrics([a, b, {}])
+    assert merged == {
+        "engine_logprob_gap_mean": pytest.approx((0.1 * 30 + 0.4 * 10) / 40),
+        "engine_logprob_gap_max": 0.9,
+        "engine_logprob_gap_tokens": 40.0,
+    }
+    assert merge_metrics([]) == {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prover_core._aio import resolve
@@ -145,3 +145,17 @@ class ParityMonitor:
         """Forget the figures and anything not yet scored (once per training step)."""
         self.stats = ParityStats()
         self.pending = []
+
+
+def merge_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One set of :meth:`ParityMonitor.metrics` from several processes' (counts summed, max of maxima,
+    the mean weighted by tokens); other keys are summed."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = max(out.get(key, 0.0), value) if key == "engine_logprob_gap_max" else out.get(key, 0.0) + value
+    if "engine_logprob_gap_mean" in out:
+        tokens = sum(p.get("engine_logprob_gap_tokens", 0.0) for p in parts)
+        weighted = sum(p.get("engine_logprob_gap_mean", 0.0) * p.get("engine_logprob_gap_tokens", 0.0) for p in parts)
+        out["engine_logprob_gap_mean"] = weighted / tokens if tokens else 0.0
+    return out

@@ -69,3 +69,20 @@ def test_the_monitor_sees_no_gap_for_the_trained_distribution_and_the_cut_mass_f
     stats = asyncio.run(monitor.evaluate())
     assert stats.mean == pytest.approx(sum(t - e for t, e in zip(truncated, exact, strict=True)) / 3, abs=1e-5)
     assert stats.mean > 0.1
+
+
+def test_merged_reports_keep_the_parity_figures() -> None:
+    from prover_core import Report
+    from prover_trl.batch import merge_reports
+
+    parts = [
+        Report(
+            engine_stats={"engine_logprob_gap_mean": 0.2, "engine_logprob_gap_max": 0.3, "engine_logprob_gap_tokens": 4}
+        ),
+        Report(
+            engine_stats={"engine_logprob_gap_mean": 0.5, "engine_logprob_gap_max": 0.6, "engine_logprob_gap_tokens": 2}
+        ),
+    ]
+    metrics = merge_reports(parts).metrics()
+    assert metrics["prover/engine_logprob_gap_mean"] == pytest.approx((0.2 * 4 + 0.5 * 2) / 6)
+    assert metrics["prover/engine_logprob_gap_max"] == 0.6 and metrics["prover/engine_logprob_gap_tokens"] == 6

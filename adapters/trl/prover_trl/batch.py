@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from prover_core import ProverConfig, Report, Trajectory, Turn
 from prover_core.credit import mask_runs
+from prover_core.engine.parity import merge_metrics
 from prover_core.trigger import is_eligible, representative, success_rate
 from prover_trl.errors import ProverTRLError
 from prover_trl.spans import check_spans
@@ -128,7 +129,8 @@ def owners(trajectories: Sequence[Trajectory | None], rows_per_process: int, con
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:
-    """One report from the per-process reports (groups concatenated, counts and judge stats summed)."""
+    """One report from the per-process reports (groups concatenated, counts and judge stats summed,
+    the continuation policy's parity figures merged)."""
     stats: dict[str, float] = {}
     for r in reports:
         for k, v in r.judge_stats.items():
@@ -139,4 +141,5 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         rollout_turns=sum(r.rollout_turns for r in reports),
         rollout_episodes=sum(r.rollout_episodes for r in reports),
         judge_stats=stats,
+        engine_stats=merge_metrics([r.engine_stats for r in reports]),
     )
