@@ -32,8 +32,10 @@ last prompt shares the longest prefix with this one beyond the prefix common to 
 least busy slot (:class:`SlotRouter`).
 Continuations that share a context prefix (the K continuations of a boundary, and each continuation's
 later actions) then reuse one slot's cached prefix instead of evicting each other's; the server queues
-a request until its slot is free. A caller may pin a slot itself with
-``SamplingParams.extra={"id_slot": i}``.
+a request until its slot is free. Off by default: on llama-server 11434, which itself picks the idle slot
+with the longest common prefix and keeps a host-memory prompt cache, pinning serialised the
+continuations of a boundary and did not evaluate fewer prompt tokens (docs/real-model.md). A caller
+may pin a slot itself with ``SamplingParams.extra={"id_slot": i}``.
 
 Retries, time limits, connection pools and typed errors are :class:`OpenAICompletionsEngine`'s (this
 class only builds another request body and reads another answer): 429/502/503/504 (llama-server answers
