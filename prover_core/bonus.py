@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from prover_core._aio import run_sync
+from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
 from prover_core.config import ProverConfig
 from prover_core.credit import segment_bonus, spread_to_tokens
@@ -335,6 +335,8 @@ async def acompute_bonus(
     _warn_if_all_skipped([records[gid] for gid, _ in eligible])
     mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus)
     stats = getattr(judge, "stats", None)
+    policy_stats = getattr(policy, "report_stats", None)
+    engine_stats = dict(await resolve(policy_stats())) if callable(policy_stats) else {}
     total = time.perf_counter() - started
     report = Report(
         batch_warnings=mistakes,
@@ -349,6 +351,7 @@ async def acompute_bonus(
             "credit": total - concurrent,
             "total": total,
         },
+        engine_stats=engine_stats,
     )
     if logger.isEnabledFor(logging.INFO):
         logger.info(_summary(report, total))

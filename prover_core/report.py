@@ -86,6 +86,8 @@ class Report(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     """Wall seconds of the call by stage: ``propose``, ``verify``, ``credit``, ``total`` (see
     :mod:`prover_core.progress`); logged as ``time/<stage>`` (0 where nothing was measured)."""
+    engine_stats: dict[str, float] = Field(default_factory=dict)
+    """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
 
     def count(self, *statuses: Status) -> int:
         return sum(g.status in statuses for g in self.groups)
@@ -112,6 +114,8 @@ class Report(BaseModel):
         was asked about, any judge; formerly ``judge_calls``) and whatever the judge
         reports itself (``judge/<name>``, e.g. the LLM judge's ``judge/calls``, its HTTP requests).
         ``time/propose``, ``time/verify``, ``time/credit`` and ``time/total``: wall seconds by stage.
+        The continuation policy's own figures follow unprefixed (``engine_logprob_gap_mean`` and the
+        other figures of :class:`~prover_core.engine.parity.ParityMonitor`).
         """
         gain = [g for g in self.groups if g.direction == "gain"]
         drop = [g for g in self.groups if g.direction == "drop"]
@@ -167,6 +171,7 @@ class Report(BaseModel):
         warned = {w.kind: w.count for w in self.batch_warnings}
         out.update({f"batch_warnings/{kind}": warned.get(kind, 0) for kind in WARNING_KINDS})
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
+        out.update({k: float(v) for k, v in self.engine_stats.items()})
         out["judge/propose_calls"] = self.judge_calls
         out.update({f"time/{stage}": self.timings.get(stage, 0.0) for stage in TIMED_STAGES})
         return {prefix + k: float(v) for k, v in out.items()}

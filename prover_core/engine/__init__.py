@@ -7,26 +7,31 @@ at turn ``b`` (prompt ids + completion ids up to turn ``b``'s action span), then
 generated action ids and the rendered observation ids: text is never re-tokenised.
 :class:`OpenAICompletionsEngine` speaks to a ``/v1/completions`` server that takes token ids and returns
 them (vLLM); :class:`SGLangEngine` to SGLang's native ``/generate`` (SGLang 0.5.12's ``/v1/completions``
-returns no ids; docs/engines.md). Both are imported on first use, so that code without them does not
-pay for httpx and tenacity at import time.
+returns no ids; docs/engines.md); :class:`LlamaServerEngine` to llama.cpp's ``llama-server``. They are
+imported on first use, so that code without them does not pay for httpx and tenacity at import time.
+:class:`ParityMonitor` compares the engine's logprobs of sampled tokens with the trainer's.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from prover_core.engine.layout import check_record, close_turn
+from prover_core.engine.parity import ParityMonitor
 from prover_core.engine.policy import EnginePolicy, action_seed
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.tokens import TokenSequence, TokenStore
 
 if TYPE_CHECKING:
+    from prover_core.engine.llama import LlamaServerEngine
     from prover_core.engine.openai import OpenAICompletionsEngine
     from prover_core.engine.sglang import SGLangEngine
 
 __all__ = [
     "EnginePolicy",
     "Generation",
+    "LlamaServerEngine",
     "OpenAICompletionsEngine",
     "SGLangEngine",
+    "ParityMonitor",
     "SamplingParams",
     "TokenEngine",
     "TokenSequence",
@@ -46,4 +51,8 @@ def __getattr__(name: str) -> Any:
         from prover_core.engine.sglang import SGLangEngine
 
         return SGLangEngine
+    if name == "LlamaServerEngine":
+        from prover_core.engine.llama import LlamaServerEngine
+
+        return LlamaServerEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

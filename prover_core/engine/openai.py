@@ -346,6 +346,10 @@ class OpenAICompletionsEngine:
             raise _Retryable(f"status {status}: {self._excerpt(response)}", status, retry_after)
         if status >= 300:
             raise EngineHTTPError(f"{self.endpoint} answered {status}: {self._excerpt(response)}", status)
+        return self._parse(response)
+
+    def _parse(self, response: httpx.Response) -> Generation:
+        """The generation in a successful answer (a subclass for another server's schema overrides this)."""
         try:
             parsed = CompletionResponse.model_validate_json(response.content)
         except ValidationError as exc:

@@ -28,6 +28,7 @@ from prover_core._aio import call_user
 from prover_core._finite import check_finite
 from prover_core.data import Trajectory
 from prover_core.engine.layout import CloseAction, check_record, no_close
+from prover_core.engine.parity import ParityMonitor
 from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
 from prover_core.engine.schedule import PrefixGate
 from prover_core.engine.tokens import TokenSequence, TokenStore
@@ -81,6 +82,9 @@ class EnginePolicy:
     skip, never a continuation from a context the rollout would not have sent). ``max_model_len``: see the module
     docstring. ``group_prefixes`` (default): when calls wait for a slot, those of a trajectory already
     in flight go first (:mod:`prover_core.engine.schedule`), so an engine's prefix cache serves them.
+
+    ``parity`` (a :class:`~prover_core.engine.parity.ParityMonitor`) is offered every action; its gaps
+    reach the report's metrics through :meth:`report_stats`.
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class EnginePolicy:
         check_contexts: bool = True,
         max_model_len: int | None = None,
         group_prefixes: bool = True,
+        parity: ParityMonitor | None = None,
     ) -> None:
         if not callable(getattr(engine, "generate", None)):
             raise TypeError(f"engine must have a generate(prompt_ids, params) method, got {type(engine).__name__}")
@@ -120,6 +125,7 @@ class EnginePolicy:
         self.group_prefixes = group_prefixes
         self.stats = EngineStats()
         self._checked: dict[str, TokenRecordError | None] = {}
+        self.parity = parity
         self._contexts: dict[tuple[str, int, int], tuple[int, list[int]]] = {}
         self._limits: dict[asyncio.AbstractEventLoop, PrefixGate] = {}
 
@@ -128,6 +134,15 @@ class EnginePolicy:
         self._contexts.clear()
         self._checked.clear()
         self.stats = EngineStats()
+        if self.parity is not None:
+            self.parity.reset()
+
+    async def report_stats(self) -> dict[str, float]:
+        """Figures for the step's report: the parity monitor's gaps (scored now), else nothing."""
+        if self.parity is None:
+            return {}
+        await self.parity.evaluate()
+        return self.parity.metrics()
 
     def context_ids(self, context: PolicyContext) -> tuple[tuple[str, int, int], int, list[int]]:
         """``(key, j, ids)``: the continuation's key, the index of its next action, and its exact context."""
@@ -155,6 +170,8 @@ class EnginePolicy:
         generation = await self.generate(ids, params, prefix=key[0] if self.group_prefixes else None)
         closing = [int(i) for i in self.close_action(generation)]
         self._contexts[key] = (j, ids + list(map(int, generation.token_ids)) + closing)
+        if self.parity is not None:
+            self.parity.offer(ids, generation)
         return self.parse_action(generation)
 
     def fit(self, context_len: int, params: SamplingParams) -> SamplingParams:

