@@ -71,8 +71,19 @@ from prover_core.verify import env_continuer, verify_segment
 SYSTEM = "You play a text adventure. Answer with the number of one action."
 MDP = VaultMDP(rooms=3, key_room=1, slip=0.2, horizon=6)
 ACTION_TOKENS = 3
-THRESHOLD = 0.3
-"""The parity monitor's warning threshold (nats a token, mean): above the gap a 4-bit engine shows."""
+ENGINE_THRESHOLD = 0.3
+"""Part (a)'s parity warning threshold (nats a token, mean): above the gap a 4-bit engine shows (0.09)."""
+TRAINER_THRESHOLD = 0.2
+"""Part (b)'s: the library's default, for continuations on the trainer's own full-precision weights."""
+FAILED_CHECKS: list[str] = []
+"""What the run expected and did not see; any makes the script exit 1."""
+
+
+def check(ok: bool, what: str) -> None:
+    """Record an expectation of the run: printed as ``check ok|FAILED: what``."""
+    print(f"check {'ok' if ok else 'FAILED'}: {what}", flush=True)
+    if not ok:
+        FAILED_CHECKS.append(what)
 
 
 def say(label: str, **figures: Any) -> None:
@@ -320,7 +331,7 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
     score = model_score(model, 1.0)
     runs = {}
     for name, slots, concurrency in (("serial", None, 1), ("concurrent", None, 64), ("affinity", 8, 64)):
-        parity = ParityMonitor(score, every=4, seed=0, threshold=THRESHOLD) if name == "affinity" else None
+        parity = ParityMonitor(score, every=4, seed=0, threshold=ENGINE_THRESHOLD) if name == "affinity" else None
         result, recorder, engine, wall = asyncio.run(
             verify_step(url, chat, rows, slots=slots, concurrency=concurrency, k=k, sampling=sampling, parity=parity)
         )
@@ -386,9 +397,10 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
         gap_max=m["engine_logprob_gap_max"],
         tokens=int(m["engine_logprob_gap_tokens"]),
         actions=int(m["engine_logprob_gap_actions"]),
-        warned=m["engine_logprob_gap_mean"] > THRESHOLD,
+        warned=m["engine_logprob_gap_mean"] > ENGINE_THRESHOLD,
     )
-    wrong = ParityMonitor(score, every=1, seed=0, threshold=THRESHOLD)
+    check(m["engine_logprob_gap_mean"] <= ENGINE_THRESHOLD, "(a) the engine's own sampling does not trip the monitor")
+    wrong = ParityMonitor(score, every=1, seed=0, threshold=ENGINE_THRESHOLD)
     engine = LlamaServerEngine(url, slots=8, logprobs=True, timeout_s=600.0)
     some = [(p + c[: t.turns[1].token_span[0]] if t.num_turns > 1 and t.turns[1].token_span else p) for t, p, c in rows]
     t0 = time.perf_counter()
@@ -408,9 +420,10 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
         gap_mean=m["engine_logprob_gap_mean"],
         gap_max=m["engine_logprob_gap_max"],
         tokens=int(m["engine_logprob_gap_tokens"]),
-        warned=m["engine_logprob_gap_mean"] > THRESHOLD,
+        warned=m["engine_logprob_gap_mean"] > ENGINE_THRESHOLD,
         wall_s=time.perf_counter() - t0,
     )
+    check(m["engine_logprob_gap_mean"] > ENGINE_THRESHOLD, "(a) a wrong top_k=5 on the engine trips the monitor")
 
     # Delta against a many-sample truth, for the first verified group
     verified = [g for g in result.report.groups if g.verification is not None and g.proposal is not None]
@@ -545,7 +558,7 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
     engines: list[TransformersEngine] = []
 
     def policy(trainer: Any) -> EnginePolicy:
-        monitor = ParityMonitor(trainer_score(trainer), every=1, seed=0, threshold=THRESHOLD)
+        monitor = ParityMonitor(trainer_score(trainer), every=1, seed=0, threshold=TRAINER_THRESHOLD)
         engine = TransformersEngine(trainer.accelerator.unwrap_model(trainer.model), chat.end_of_turn)
         monitors.append(monitor)
         engines.append(engine)
@@ -599,6 +612,12 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
                 verification_s=times["verification"],
                 update_s=times["update"],
             )
+            gap = float(logs.get("prover/engine_logprob_gap_mean", float("nan")))
+            if gap == gap:  # sampled this step
+                if i == steps:
+                    check(gap > TRAINER_THRESHOLD, "(b) continuations with a wrong top_k=5 trip the monitor")
+                else:
+                    check(gap <= TRAINER_THRESHOLD, f"(b) step {i + 1}'s continuations do not trip the monitor")
 
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="prover-real-"),
@@ -644,8 +663,8 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, required=True)
     parser.add_argument("--hf-cache", type=Path, required=True)
     parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--truth-k", type=int, default=32)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--truth-k", type=int, default=12)
     parser.add_argument("--verify-groups", type=int, default=1, help="mixed groups verified in (a)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--train-k", type=int, default=2)
@@ -665,7 +684,9 @@ def main() -> None:
         part_a(opts.url, chat, model, opts.groups, opts.k, opts.truth_k, opts.verify_groups)
     if "b" in opts.parts:
         part_b(opts.url, chat, model, opts.steps, opts.train_k, opts.train_batch)
-    say("done", wall_s=time.perf_counter() - t0)
+    say("done", wall_s=time.perf_counter() - t0, failed_checks=len(FAILED_CHECKS))
+    if FAILED_CHECKS:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
