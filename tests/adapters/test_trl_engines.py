@@ -160,7 +160,8 @@ def test_engine_policy_over_the_server_continues_token_exactly_with_paired_seeds
     policy = EnginePolicy(
         VLLMServerEngine(client),
         tokens,
-        render_observation=lambda obs: [9, 9],
+        # the recorded observations render to the row's own ids (EnginePolicy checks the record); new ones to [9, 9]
+        render_observation=lambda obs: {"door": [8], "open": [11]}.get(obs, [9, 9]),
         parse_action=lambda g: list(g.token_ids),
         sampling=SamplingParams(max_tokens=2),
         max_concurrency=4,
