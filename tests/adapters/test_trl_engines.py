@@ -364,7 +364,9 @@ def _fake_trainer(use_vllm: bool, mode: str, processes: int, main: bool, tp: int
         vllm_mode=mode,
         is_fsdp_enabled=fsdp,
         accelerator=SimpleNamespace(num_processes=processes, is_main_process=main, state=SimpleNamespace()),
-        args=SimpleNamespace(vllm_tensor_parallel_size=tp, generation_kwargs={"seed_offset": 3}),
+        args=SimpleNamespace(
+            vllm_tensor_parallel_size=tp, generation_kwargs={"seed_offset": 3}, vllm_max_model_length=64
+        ),
         vllm_generation=SimpleNamespace(
             mode=mode, tensor_parallel_size=tp, vllm_client=SimpleNamespace(generate=print)
         ),
@@ -378,7 +380,7 @@ def _fake_trainer(use_vllm: bool, mode: str, processes: int, main: bool, tp: int
         repetition_penalty=1.0,
         max_completion_length=12,
     )
-    fake._engine_policy = lambda engine: ProverGRPOTrainer._engine_policy(fake, engine)
+    fake._engine_policy = lambda engine, **kw: ProverGRPOTrainer._engine_policy(fake, engine, **kw)
     return fake
 
 
@@ -395,6 +397,8 @@ def test_the_default_policy_follows_the_trainer_backend() -> None:
     assert ProverGRPOTrainer._default_policy(_fake_trainer(True, "server", 4, main=False)) is None  # no client there
     colocate = ProverGRPOTrainer._default_policy(_fake_trainer(True, "colocate", 4, main=False))
     assert isinstance(colocate, EnginePolicy) and isinstance(colocate.engine, VLLMColocateEngine)
+    # colocated vLLM's context limit clamps continuations (server mode: the server's own, not known here)
+    assert colocate.max_model_len == 64 and server.max_model_len is None
     for refused in (_fake_trainer(True, "colocate", 4, True, tp=2), _fake_trainer(False, "", 2, True, fsdp=True)):
         with pytest.raises(NotImplementedError, match="collective"):
             ProverGRPOTrainer._default_policy(refused)

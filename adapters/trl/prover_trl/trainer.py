@@ -183,7 +183,9 @@ class ProverGRPOTrainer(GRPOTrainer):
         if kind == "transformers":
             return TrainerPolicy(self, **self.prover.policy_options)
         if kind == "vllm_colocate":
-            return self._engine_policy(VLLMColocateEngine(self.vllm_generation))
+            # colocated vLLM's context limit is GRPOConfig.vllm_max_model_length: clamp continuations to its room
+            limit = getattr(self.args, "vllm_max_model_length", None)
+            return self._engine_policy(VLLMColocateEngine(self.vllm_generation), max_model_len=limit)
         if self.prover_verify_on == "owner" and self.accelerator.num_processes > 1:
             raise ValueError("vLLM server mode: only the main process holds the client, so verify_on must be 'main'")
         if not self.accelerator.is_main_process:
@@ -191,8 +193,12 @@ class ProverGRPOTrainer(GRPOTrainer):
         workers = int(self.prover.policy_options.get("max_concurrency", DEFAULT_MAX_CONCURRENCY))
         return self._engine_policy(VLLMServerEngine(self.vllm_generation.vllm_client, max_workers=workers))
 
-    def _engine_policy(self, engine: TokenEngine) -> EnginePolicy:
+    def _engine_policy(self, engine: TokenEngine, max_model_len: int | None = None) -> EnginePolicy:
+        """An EnginePolicy over ``engine``; ``max_model_len`` (unless the user's policy options set one)
+        clamps each action to the room left in the engine's context (server mode: pass the server's)."""
         options = dict(self.prover.policy_options)
+        if max_model_len is not None:
+            options.setdefault("max_model_len", max_model_len)
         tokenizer: Any = getattr(self.processing_class, "tokenizer", self.processing_class)
         render = options.pop("render_observation", None) or (
             lambda obs: tokenizer.encode(str(obs), add_special_tokens=False)
