@@ -529,9 +529,9 @@ def test_agent_loop_records_token_exact_spans_observations_and_reset(cluster: An
     assert not failed.success and outputs[2].reward_score == 0.0 and outputs[2].response_mask == [1]
 
 
-def expected_delta(trajectory_id: str) -> float:
+def expected_delta(trajectory: Trajectory) -> float:
     """Delta by hand: from boundary 1 two ``r`` are needed (actions 0, 1), from boundary 2 one (action 0)."""
-    pre, post = continuation_seeds(ProverConfig(k=K, lam=LAM), trajectory_id)
+    pre, post = continuation_seeds(ProverConfig(k=K, lam=LAM), trajectory)
 
     def r(seed: int, j: int) -> bool:
         return action_seed(seed, j) % 3 != 0
@@ -566,7 +566,9 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
         assert replica_events[0] == "load_weights:4" and replica_events[-1] == "sleep"
     assert sum(e.count("generate") for e in events) == len(requests) > 0
 
-    delta = expected_delta("uidtrain_0")
+    representative = Trajectory.model_validate(outputs[0].extra_fields["prover_trajectory"])
+    assert representative.id == "uidtrain_0"
+    delta = expected_delta(representative)
     assert delta > 0
     assert metrics["prover/groups_accepted"] == 1.0
     assert 0 < metrics["prover/time/verify"] <= metrics["prover/time/total"]  # per-stage wall times are logged
