@@ -138,7 +138,7 @@ class KeyDoorModel:
 key_door_model = KeyDoorModel()
 
 
-def expected_requests(prompt: str, trajectory_id: str, max_len: int, seed: int = 0) -> Counter[Request]:
+def expected_requests(prompt: str, trajectory: Any, max_len: int, seed: int = 0) -> Counter[Request]:
     """By hand: every (context ids, engine seed, max_tokens) the verification of ``prompt``'s group must send.
 
     The success is ``take key, open door``; the failures start with ``look``, so the segment is turn 0,
@@ -154,7 +154,7 @@ def expected_requests(prompt: str, trajectory_id: str, max_len: int, seed: int =
     pre = tuple(char_ids(prompt))
     post = (*pre, *TAKE_KEY_IDS, *char_ids(HOLD))
     out: Counter[Request] = Counter()
-    pre_seeds, post_seeds = continuation_seeds(ProverConfig(seed=seed), trajectory_id)
+    pre_seeds, post_seeds = continuation_seeds(ProverConfig(seed=seed), trajectory)
     assert pre_seeds == post_seeds
     for s in pre_seeds:
         a0 = action_seed(s, 0)
@@ -165,13 +165,13 @@ def expected_requests(prompt: str, trajectory_id: str, max_len: int, seed: int =
     return out
 
 
-def pre_successes(trajectory_id: str, seed: int = 0) -> int:
+def pre_successes(trajectory: Any, seed: int = 0) -> int:
     """How many of the K pre continuations take the key (even first-action seed), by the same seeds."""
     from prover_core import ProverConfig
     from prover_core.engine.policy import action_seed
     from prover_core.verify import continuation_seeds
 
-    return sum(action_seed(s, 0) % 2 == 0 for s in continuation_seeds(ProverConfig(seed=seed), trajectory_id)[0])
+    return sum(action_seed(s, 0) % 2 == 0 for s in continuation_seeds(ProverConfig(seed=seed), trajectory)[0])
 
 
 def worker_setup() -> None:

@@ -139,6 +139,7 @@ def trainer_side(engines: list[Any]) -> dict[str, Any]:
         "trainer_engines": [e._actor_id.hex() for e in trainer.vllm_engines],
         "maker_engines": [e._actor_id.hex() for e in maker.vllm_engines],
         "report": maker.last_report.model_dump(),
+        "trajectories": {k: t.model_dump(mode="json") for k, t in maker.last_result.trajectories.items()},
         "metrics": maker.last_metrics,
         "sequences": {i: s[: lengths[i]].tolist() for i, s in rows(credited, "sequences").items()},
         "rewards": {i: float(exp.rewards[r]) for exp in credited for r, i in enumerate(exp.index)},
@@ -148,6 +149,13 @@ def trainer_side(engines: list[Any]) -> dict[str, Any]:
         "split_info": [{k: float(v) for k, v in item.info.items()} for item in split_experience_batch(credited[0])],
         "tokens_left": len(maker.prover.policy.tokens),
     }
+
+
+def trajectory_of(result: dict[str, Any], i: int) -> Any:
+    """Trajectory ``i`` as the trainer side verified it (its content seeds the continuations)."""
+    from prover_core import Trajectory
+
+    return Trajectory.model_validate(result["trajectories"][str(i)])
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +224,7 @@ def test_trainer_maker_finds_the_engines_and_verifies_on_them_token_exactly(clus
     continuation = Counter((tuple(ids), seed, mt) for ids, seed, mt in requests if seed is not None)
     expected: Counter[tuple[tuple[int, ...], int, int]] = Counter()
     for i in successes:
-        expected += stand_in.expected_requests(prompt_of[i], str(i), MAX_LEN)
+        expected += stand_in.expected_requests(prompt_of[i], trajectory_of(result, i), MAX_LEN)
     assert continuation == expected
     assert result["metrics"]["prover/engine_calls"] == sum(expected.values())
 
@@ -226,7 +234,7 @@ def test_trainer_maker_finds_the_engines_and_verifies_on_them_token_exactly(clus
     accepted = 0
     for i in successes:
         g = groups[str(i // N)]
-        evens = stand_in.pre_successes(str(i))
+        evens = stand_in.pre_successes(trajectory_of(result, i))
         v = g["verification"]
         assert (v["pre_successes"], v["pre_count"], v["post_successes"], v["post_count"]) == (evens, 8, 8, 8)
         delta = 1 - evens / 8

@@ -153,10 +153,12 @@ def test_continuation_contexts_are_the_recorded_token_ids_exactly() -> None:
     assert mask_runs(by_index(credited, "action_mask")[1].tolist())[0] == (len(PROMPT) - 1, len(PROMPT) + 7)
 
     got = Counter((tuple(ids), seed, mt) for ids, seed, mt in engine.llm.model.requests)
-    assert got == stand_in.expected_requests(PROMPT, "1", MAX_LEN)
+    assert maker.last_result is not None
+    success = maker.last_result.trajectories["1"]  # the recorded success: its content seeds the continuations
+    assert got == stand_in.expected_requests(PROMPT, success, MAX_LEN)
 
     (group,) = maker.last_report.groups
-    evens = stand_in.pre_successes("1")
+    evens = stand_in.pre_successes(success)
     v = group.verification
     assert (v.pre_successes, v.pre_count, v.post_successes, v.post_count) == (evens, 8, 8, 8)
     delta = 1 - evens / 8

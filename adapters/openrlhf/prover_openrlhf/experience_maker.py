@@ -36,7 +36,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # type: ignore[import-untyped]
 from openrlhf.utils.logging_utils import init_logger  # type: ignore[import-untyped]
 
-from prover_core.bonus import compute_bonus
+from prover_core.bonus import BonusResult, compute_bonus
 from prover_core.data import Trajectory
 from prover_core.engine import EnginePolicy
 from prover_core.report import Report
@@ -67,6 +67,8 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         self.prover_step = 0
         self.last_report: Report | None = None
         self.last_metrics: dict[str, float] = {}
+        self.last_result: BonusResult | None = None
+        """The last step's :class:`~prover_core.BonusResult` (``None`` when no group was planned)."""
 
     @property
     def vllm_engines(self) -> list[Any]:
@@ -117,6 +119,7 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         report = result.report if result is not None else Report()
         groups = sorted([*report.groups, *plan.left_out], key=lambda g: int(g.group_id))
         self.last_report = report.model_copy(update={"groups": groups})
+        self.last_result = result
         self.last_metrics = self._metrics(self.last_report, policy, time.perf_counter() - started)
         if policy is not None:
             policy.clear()
