@@ -613,7 +613,7 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
                 update_s=times["update"],
             )
             gap = float(logs.get("prover/engine_logprob_gap_mean", float("nan")))
-            if gap == gap:  # sampled this step
+            if logs.get("prover/engine_logprob_gap_tokens", 0) > 0:  # compared tokens this step
                 if i == steps:
                     check(gap > TRAINER_THRESHOLD, "(b) continuations with a wrong top_k=5 trip the monitor")
                 else:
