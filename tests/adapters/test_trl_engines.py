@@ -110,7 +110,7 @@ def test_server_engine_keeps_max_concurrency_requests_in_flight(served: tuple[Lo
     """asyncio's default executor (``min(32, cpu_count + 4)`` threads) would cap the requests in flight;
     the engine's own pool keeps ``max_concurrency`` of them at the server."""
     server, client = served
-    server.delay_s = 0.5
+    server.hold_until = 40  # each request waits until 40 are in flight (at most hold_s): none finishes early
     policy = EnginePolicy(
         VLLMServerEngine(client, max_workers=40), TokenStore(), render_observation=list, max_concurrency=40
     )
@@ -118,7 +118,10 @@ def test_server_engine_keeps_max_concurrency_requests_in_flight(served: tuple[Lo
     async def run() -> None:
         await asyncio.gather(*(policy.generate([4, 5, i % 7 + 4], SamplingParams(max_tokens=1)) for i in range(40)))
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        server.hold_until = 0  # the server is the module's
     assert server.max_in_flight == 40 > min(32, (os.cpu_count() or 1) + 4)
 
 

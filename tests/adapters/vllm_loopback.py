@@ -64,8 +64,12 @@ class LoopbackVLLM:
         self.in_flight = 0
         self.max_in_flight = 0
         """Completion requests being answered at once (the most seen): what the client keeps in flight."""
+        self.hold_until = 0
+        """Hold every completion until this many are in flight at once (at most ``hold_s``), so a test of the
+        client's concurrency does not depend on how fast the machine starts its requests."""
+        self.hold_s = 20.0
         self._lock = threading.Lock()
-        self._count = threading.Lock()
+        self._count = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -224,6 +228,8 @@ class _Handler(BaseHTTPRequestHandler):
         with self.app._count:
             self.app.in_flight += 1
             self.app.max_in_flight = max(self.app.max_in_flight, self.app.in_flight)
+            self.app._count.notify_all()
+            self.app._count.wait_for(lambda: self.app.max_in_flight >= self.app.hold_until, self.app.hold_s)
         try:
             if self.app.delay_s:
                 time.sleep(self.app.delay_s)
