@@ -14,7 +14,8 @@ is computed as given.
 * ``groups_of_one``: groups holding one trajectory (``group_id=trajectory.id``): their GRPO advantage
   is 0 and a single run is never eligible, so they earn nothing.
 * ``one_group``: the whole batch is one group whose trajectories start from different tasks
-  (different ``reset`` specs or first observations): GRPO would centre rewards across tasks.
+  (different ``reset`` specs, a per-episode ``seed`` aside, or first observations): GRPO would
+  centre rewards across tasks.
 
 Not detected: inclusive ends when every action has several tokens and every observation has tokens
 (the spans are then merely one token short); one group per batch of rollouts that share a task.
@@ -114,6 +115,17 @@ def _key(value: Any) -> str:
         return repr(value)
 
 
+EPISODE_KEYS = frozenset({"seed"})
+"""Reset-spec keys that draw one episode's randomness, not its task: runs of one task differ there."""
+
+
+def _task_key(reset: Any) -> str:
+    """:func:`_key` of a reset spec without its per-episode keys (:data:`EPISODE_KEYS`)."""
+    if isinstance(reset, Mapping):
+        reset = {k: v for k, v in reset.items() if k not in EPISODE_KEYS}
+    return _key(reset)
+
+
 def check_groups(groups: Mapping[str, Sequence[Trajectory]]) -> list[BatchWarning]:
     """Groups of one, and one group holding the whole batch of different tasks."""
     out: list[BatchWarning] = []
@@ -132,7 +144,7 @@ def check_groups(groups: Mapping[str, Sequence[Trajectory]]) -> list[BatchWarnin
         )
     if len(groups) == 1:
         (gid, members), *_ = groups.items()
-        tasks = {_key(t.reset) for t in members} if any(t.reset for t in members) else set()
+        tasks = {_task_key(t.reset) for t in members} if any(t.reset for t in members) else set()
         starts = {_key(t.turns[0].observation) for t in members}
         distinct = max(len(tasks), len(starts))
         if len(members) > 1 and distinct > 1:

@@ -64,6 +64,7 @@ from prover_core.engine import (
     SamplingParams,
     TokenStore,
 )
+from prover_core.engine.parity import kl_above
 from prover_core.errors import JudgeError
 from prover_core.judges import AnchorJudge
 from prover_core.verify import env_continuer, verify_segment
@@ -71,10 +72,8 @@ from prover_core.verify import env_continuer, verify_segment
 SYSTEM = "You play a text adventure. Answer with the number of one action."
 MDP = VaultMDP(rooms=3, key_room=1, slip=0.2, horizon=6)
 ACTION_TOKENS = 3
-ENGINE_THRESHOLD = 0.3
-"""Part (a)'s parity warning threshold (nats a token, mean): above the gap a 4-bit engine shows (0.09)."""
-TRAINER_THRESHOLD = 0.2
-"""Part (b)'s: the library's default, for continuations on the trainer's own full-precision weights."""
+THRESHOLD = 0.05
+"""The parity monitor's threshold on KL(engine || trainer), nats a token: the library's default, in both parts."""
 FAILED_CHECKS: list[str] = []
 """What the run expected and did not see; any makes the script exit 1."""
 
@@ -331,7 +330,7 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
     score = model_score(model, 1.0)
     runs = {}
     for name, slots, concurrency in (("serial", None, 1), ("concurrent", None, 64), ("affinity", 8, 64)):
-        parity = ParityMonitor(score, every=4, seed=0, threshold=ENGINE_THRESHOLD) if name == "affinity" else None
+        parity = ParityMonitor(score, every=1, seed=0, threshold=THRESHOLD) if name == "affinity" else None
         result, recorder, engine, wall = asyncio.run(
             verify_step(url, chat, rows, slots=slots, concurrency=concurrency, k=k, sampling=sampling, parity=parity)
         )
@@ -393,14 +392,17 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
     m = parity.metrics()
     say(
         "(a) parity, llama-server (Q4_1) vs transformers (dequantised)",
+        kl=m["engine_kl"],
+        kl_se=m["engine_kl_se"],
         gap_mean=m["engine_logprob_gap_mean"],
         gap_max=m["engine_logprob_gap_max"],
         tokens=int(m["engine_logprob_gap_tokens"]),
         actions=int(m["engine_logprob_gap_actions"]),
-        warned=m["engine_logprob_gap_mean"] > ENGINE_THRESHOLD,
+        warned=parity.stats.above(THRESHOLD),
     )
-    check(m["engine_logprob_gap_mean"] <= ENGINE_THRESHOLD, "(a) the engine's own sampling does not trip the monitor")
-    wrong = ParityMonitor(score, every=1, seed=0, threshold=ENGINE_THRESHOLD)
+    check(m["engine_logprob_gap_tokens"] >= 2, "(a) the monitor compared tokens")
+    check(not parity.stats.above(THRESHOLD), "(a) the engine's own sampling does not trip the monitor")
+    wrong = ParityMonitor(score, every=1, seed=0, threshold=THRESHOLD)
     engine = LlamaServerEngine(url, slots=8, logprobs=True, timeout_s=600.0)
     some = [(p + c[: t.turns[1].token_span[0]] if t.num_turns > 1 and t.turns[1].token_span else p) for t, p, c in rows]
     t0 = time.perf_counter()
@@ -417,13 +419,15 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
     m = wrong.metrics()
     say(
         "(a) parity, wrong top_k=5 on the engine",
+        kl=m["engine_kl"],
+        kl_se=m["engine_kl_se"],
         gap_mean=m["engine_logprob_gap_mean"],
         gap_max=m["engine_logprob_gap_max"],
         tokens=int(m["engine_logprob_gap_tokens"]),
-        warned=m["engine_logprob_gap_mean"] > ENGINE_THRESHOLD,
+        warned=wrong.stats.above(THRESHOLD),
         wall_s=time.perf_counter() - t0,
     )
-    check(m["engine_logprob_gap_mean"] > ENGINE_THRESHOLD, "(a) a wrong top_k=5 on the engine trips the monitor")
+    check(wrong.stats.above(THRESHOLD), "(a) a wrong top_k=5 on the engine trips the monitor")
 
     # Delta against a many-sample truth, for the first verified group
     verified = [g for g in result.report.groups if g.verification is not None and g.proposal is not None]
@@ -558,7 +562,7 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
     engines: list[TransformersEngine] = []
 
     def policy(trainer: Any) -> EnginePolicy:
-        monitor = ParityMonitor(trainer_score(trainer), every=1, seed=0, threshold=TRAINER_THRESHOLD)
+        monitor = ParityMonitor(trainer_score(trainer), every=1, seed=0, threshold=THRESHOLD)
         engine = TransformersEngine(trainer.accelerator.unwrap_model(trainer.model), chat.end_of_turn)
         monitors.append(monitor)
         engines.append(engine)
@@ -604,6 +608,8 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
                 groups_verified=int(logs["prover/groups_verified"]),
                 groups_accepted=int(logs["prover/groups_accepted"]),
                 continuations=int(logs["prover/continuations"]),
+                kl=float(logs.get("prover/engine_kl", float("nan"))),
+                kl_se=float(logs.get("prover/engine_kl_se", float("nan"))),
                 gap_mean=float(logs.get("prover/engine_logprob_gap_mean", float("nan"))),
                 gap_max=float(logs.get("prover/engine_logprob_gap_max", float("nan"))),
                 gap_tokens=int(logs.get("prover/engine_logprob_gap_tokens", 0)),
@@ -612,12 +618,15 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
                 verification_s=times["verification"],
                 update_s=times["update"],
             )
-            gap = float(logs.get("prover/engine_logprob_gap_mean", float("nan")))
-            if logs.get("prover/engine_logprob_gap_tokens", 0) > 0:  # compared tokens this step
+            tokens = float(logs.get("prover/engine_logprob_gap_tokens", 0))
+            warned = kl_above(
+                float(logs.get("prover/engine_kl", 0.0)), float(logs.get("prover/engine_kl_se", 0.0)), tokens, THRESHOLD
+            )
+            if tokens > 0:  # compared tokens this step
                 if i == steps:
-                    check(gap > TRAINER_THRESHOLD, "(b) continuations with a wrong top_k=5 trip the monitor")
+                    check(warned, "(b) continuations with a wrong top_k=5 trip the monitor")
                 else:
-                    check(gap <= TRAINER_THRESHOLD, f"(b) step {i + 1}'s continuations do not trip the monitor")
+                    check(not warned, f"(b) step {i + 1}'s continuations do not trip the monitor")
 
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="prover-real-"),

@@ -423,6 +423,13 @@ def test_groups_of_one_and_one_group_for_the_whole_batch_are_warned_about(caplog
     assert "whole batch of 12 trajectories is one group" in message and "3 different tasks" in message
     assert result.report.metrics()["prover/batch_warnings/one_group"] == 12.0
 
+    # one task, a per-episode environment seed in each reset spec: one group is right, nothing to warn about
+    seeded = [t.model_copy(update={"group_id": "g", "reset": {"task": 0, "seed": i}}) for i, t in enumerate(tasks[:4])]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="prover_core"):
+        result = compute_bonus(seeded, judge=FixedJudge(1, 1), continue_from=hook, config=config)
+    assert result.report.batch_warnings == [] and not warnings_of(caplog, "one_group")
+
 
 def test_a_config_reused_every_step_draws_new_continuation_seeds_for_new_episodes() -> None:
     """Step 2 reuses step 1's ids (a trainer numbering rows) and the one ProverConfig: new episodes, new seeds;

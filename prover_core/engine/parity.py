@@ -5,15 +5,24 @@ the action's context, so the choice does not depend on the order requests finish
 log-probability of each sampled token, ``l_e(y_i) = log pi_engine(y_i | x, y_<i)`` (its generation's
 ``logprobs``: under the distribution the engine actually drew from), is compared with the trainer's
 own, ``l_t(y_i)``, given by the user's ``score(context_ids, token_ids)`` at the same context. Over the
-``n`` compared tokens::
+``n`` compared tokens, with ``d_i = l_e(y_i) - l_t(y_i)``::
 
-    gap_mean = (1/n) * sum_i |l_e(y_i) - l_t(y_i)|        gap_max = max_i |l_e(y_i) - l_t(y_i)|
+    kl    = (1/n) * sum_i d_i                        (an unbiased estimate of KL(pi_engine || pi_trainer)
+    kl_se = sqrt(s^2 / n),  s^2 = sum_i (d_i - kl)^2 / (n - 1)    a token, since y_i ~ pi_engine)
+    gap_mean = (1/n) * sum_i |d_i|                   gap_max = max_i |d_i|
 
-reported as ``engine_logprob_gap_mean``, ``engine_logprob_gap_max`` and ``engine_logprob_gap_tokens``
-(and ``engine_logprob_gap_actions``, ``engine_logprob_unavailable``: sampled actions whose generation
-carried no logprobs). ``gap_mean`` above ``threshold`` logs a warning. A wrong sampling parameter
-(top-k, top-p, temperature), stale weights or a re-tokenised context all show as a gap; numeric
-noise (bf16 against fp32, a quantised engine) as a small one.
+reported as ``engine_kl``, ``engine_kl_se``, ``engine_logprob_gap_mean``, ``engine_logprob_gap_max``,
+``engine_logprob_gap_tokens`` (and ``engine_logprob_gap_actions``, ``engine_logprob_unavailable``:
+sampled actions whose generation carried no logprobs). A warning is logged when the KL estimate is
+above ``threshold`` with confidence, ``kl - 2 kl_se > threshold`` (at least 2 tokens).
+
+Why the signed mean: numeric noise (bf16 against fp32, a quantised engine) moves ``d_i`` both ways
+and its KL is second order in the noise (``gap_mean`` is first order: 0.05 nats a token for a 4-bit
+engine against its dequantised weights, whose KL estimate is 0.003), while a wrong sampling parameter
+shifts every ``d_i`` one way: top-k or top-p truncation gives ``d_i = -log(kept mass) >= 0``, stale
+weights or a re-tokenised context a positive KL. The standard error keeps one rare large ``d_i`` in a
+small sample (a 4.7-nat token among 36 was seen on llama-server) from reading as a systematic gap.
+``kl_se`` treats tokens as independent (tokens of one action are not quite): a rough bound.
 
 Scoring is deferred: :meth:`ParityMonitor.offer` only records, :meth:`ParityMonitor.evaluate` calls
 ``score`` on what was recorded (once per step, after verification, so the trainer's model is free).
@@ -52,18 +61,45 @@ class ParityStats:
     actions: int = 0
     tokens: int = 0
     abs_sum: float = 0.0
+    signed_sum: float = 0.0
+    square_sum: float = 0.0
     max_gap: float = 0.0
     unavailable: int = 0
 
     @property
     def mean(self) -> float:
+        """``gap_mean = (1/n) sum |d_i|``."""
         return self.abs_sum / self.tokens if self.tokens else 0.0
+
+    @property
+    def kl(self) -> float:
+        """``kl = (1/n) sum d_i``, the estimate of KL(engine || trainer) a token."""
+        return self.signed_sum / self.tokens if self.tokens else 0.0
+
+    @property
+    def kl_se(self) -> float:
+        """The standard error of :attr:`kl`, ``sqrt(s^2 / n)``; 0 below 2 tokens."""
+        n = self.tokens
+        if n < 2:
+            return 0.0
+        variance = max(0.0, (self.square_sum - n * self.kl**2) / (n - 1))
+        return math.sqrt(variance / n)
+
+    def above(self, threshold: float) -> bool:
+        """Whether the KL is above ``threshold`` with confidence (:func:`kl_above`)."""
+        return kl_above(self.kl, self.kl_se, self.tokens, threshold)
+
+
+def kl_above(kl: float, kl_se: float, tokens: float, threshold: float) -> bool:
+    """``kl - 2 kl_se > threshold`` over at least 2 tokens: the rule the monitor warns by (also for
+    merged figures, e.g. a host's logged ``prover/engine_kl``, ``.../engine_kl_se``)."""
+    return tokens >= 2 and kl - 2.0 * kl_se > threshold
 
 
 class ParityMonitor:
     """Compares the engine's logprobs of sampled tokens with the trainer's (see the module docstring)."""
 
-    def __init__(self, score: ScoreFn, *, every: int = 8, seed: int = 0, threshold: float = 0.2) -> None:
+    def __init__(self, score: ScoreFn, *, every: int = 8, seed: int = 0, threshold: float = 0.05) -> None:
         if not callable(score):
             raise TypeError("score must be callable: score(context_ids, token_ids) -> logprobs")
         if every < 1:
@@ -110,23 +146,27 @@ class ParityMonitor:
                 raise ValueError(
                     f"score returned {len(trainer)} logprobs for {len(sample.token_ids)} tokens: one per token expected"
                 )
-            gaps = [abs(e - t) for e, t in zip(sample.engine_logprobs, trainer, strict=True)]
+            gaps = [e - t for e, t in zip(sample.engine_logprobs, trainer, strict=True)]
             if not all(math.isfinite(g) for g in gaps):
                 raise ValueError(f"a logprob gap is not finite: engine {sample.engine_logprobs}, trainer {trainer}")
             self.stats.actions += 1
             self.stats.tokens += len(gaps)
-            self.stats.abs_sum += sum(gaps)
-            self.stats.max_gap = max(self.stats.max_gap, *gaps)
-        if pending and self.stats.mean > self.threshold:
+            self.stats.abs_sum += sum(map(abs, gaps))
+            self.stats.signed_sum += sum(gaps)
+            self.stats.square_sum += sum(g * g for g in gaps)
+            self.stats.max_gap = max(self.stats.max_gap, *map(abs, gaps))
+        if pending and self.stats.above(self.threshold):
             logger.warning(
-                "policy parity: continuations' logprobs differ from the trainer's by %.3f nats a token on average "
-                "(max %.3f, %d tokens of %d actions; threshold %.3f): the engine samples another policy than "
-                "the one trained (sampling parameters, stale weights or tokenisation?)",
+                "policy parity: continuations sample another policy than the one trained: KL(engine || trainer) "
+                "is about %.3f +- %.3f nats a token, above %.3f (mean |gap| %.3f, max %.3f, %d tokens of %d "
+                "actions); check the sampling parameters, the weights' version and the tokenisation",
+                self.stats.kl,
+                self.stats.kl_se,
+                self.threshold,
                 self.stats.mean,
                 self.stats.max_gap,
                 self.stats.tokens,
                 self.stats.actions,
-                self.threshold,
             )
         return self.stats
 
@@ -134,6 +174,8 @@ class ParityMonitor:
         """The accumulated figures, unprefixed (``Report.metrics`` adds ``prover/``)."""
         s = self.stats
         return {
+            "engine_kl": s.kl,
+            "engine_kl_se": s.kl_se,
             "engine_logprob_gap_mean": s.mean,
             "engine_logprob_gap_max": s.max_gap,
             "engine_logprob_gap_tokens": float(s.tokens),
@@ -147,15 +189,26 @@ class ParityMonitor:
         self.pending = []
 
 
+_TOKEN_MEANS = ("engine_logprob_gap_mean", "engine_kl")
+
+
 def merge_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One set of :meth:`ParityMonitor.metrics` from several processes' (counts summed, max of maxima,
-    the mean weighted by tokens); other keys are summed."""
+    """One set of :meth:`ParityMonitor.metrics` from several processes' (independent samples).
+
+    Counts are summed, ``gap_max`` is the max of maxima, the means are weighted by tokens
+    (``sum_p n_p m_p / N``) and ``kl_se`` is that of the pooled mean, ``sqrt(sum_p (n_p se_p)^2) / N``;
+    other keys are summed.
+    """
     out: dict[str, float] = {}
     for part in parts:
         for key, value in part.items():
             out[key] = max(out.get(key, 0.0), value) if key == "engine_logprob_gap_max" else out.get(key, 0.0) + value
-    if "engine_logprob_gap_mean" in out:
-        tokens = sum(p.get("engine_logprob_gap_tokens", 0.0) for p in parts)
-        weighted = sum(p.get("engine_logprob_gap_mean", 0.0) * p.get("engine_logprob_gap_tokens", 0.0) for p in parts)
-        out["engine_logprob_gap_mean"] = weighted / tokens if tokens else 0.0
+    tokens = sum(p.get("engine_logprob_gap_tokens", 0.0) for p in parts)
+    for key in _TOKEN_MEANS:
+        if key in out:
+            weighted = sum(p.get(key, 0.0) * p.get("engine_logprob_gap_tokens", 0.0) for p in parts)
+            out[key] = weighted / tokens if tokens else 0.0
+    if "engine_kl_se" in out:
+        pooled = sum((p.get("engine_kl_se", 0.0) * p.get("engine_logprob_gap_tokens", 0.0)) ** 2 for p in parts)
+        out["engine_kl_se"] = math.sqrt(pooled) / tokens if tokens else 0.0
     return out
