@@ -159,6 +159,7 @@ class FallbackJudge:
     def __init__(self, llm: Any, fallback: Any) -> None:
         self.llm, self.fallback = llm, fallback
         self.answered = {"llm": 0, "llm_declined": 0, "llm_failed": 0, "anchor": 0, "anchor_declined": 0}
+        self.errors: list[str] = []
 
     def new_step(self) -> None:
         self.llm.new_step()
@@ -170,8 +171,9 @@ class FallbackJudge:
                 self.answered["llm"] += 1
                 return answer
             self.answered["llm_declined"] += 1
-        except JudgeError:
+        except JudgeError as error:
             self.answered["llm_failed"] += 1
+            self.errors.append(str(error)[:300])
         answer = self.fallback.propose(success, failures, rules)
         self.answered["anchor" if isinstance(answer, Proposal) else "anchor_declined"] += 1
         return answer
@@ -324,7 +326,7 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
         say("(a) no group mixes successes and failures: nothing to verify (raise --groups)")
         return
     chosen = set(sorted(mixed)[:verify_groups])
-    rows = [r for r in rows if r[0].group_id in chosen]
+    all_rows, rows = rows, [r for r in rows if r[0].group_id in chosen]
 
     # the same step three ways; the monitor on the affinity run
     score = model_score(model, 1.0)
@@ -404,7 +406,10 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
     check(not parity.stats.above(THRESHOLD), "(a) the engine's own sampling does not trip the monitor")
     wrong = ParityMonitor(score, every=1, seed=0, threshold=THRESHOLD)
     engine = LlamaServerEngine(url, slots=8, logprobs=True, timeout_s=600.0)
-    some = [(p + c[: t.turns[1].token_span[0]] if t.num_turns > 1 and t.turns[1].token_span else p) for t, p, c in rows]
+    # every rollout row's context before its second action (or its prompt): as many tokens as the run has
+    some = [
+        (p + c[: t.turns[1].token_span[0]] if t.num_turns > 1 and t.turns[1].token_span else p) for t, p, c in all_rows
+    ]
     t0 = time.perf_counter()
 
     async def wrong_top_k() -> None:
@@ -556,7 +561,15 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
     anchor = AnchorJudge(min_failures=1)
     judge: Any = anchor
     if url:
-        llm = LLMJudge.from_url(f"{url}/v1", "smollm2", max_tokens=256, timeout_s=300.0, max_attempts=1)
+        llm = LLMJudge.from_url(
+            f"{url}/v1",
+            "smollm2",
+            max_tokens=256,
+            timeout_s=300.0,
+            max_attempts=1,
+            answer_form="span",  # a start turn and a length: every answer the grammar allows is admissible
+            evidence_summary=True,
+        )
         judge = FallbackJudge(llm, anchor)
     monitors: list[ParityMonitor] = []
     engines: list[TransformersEngine] = []
@@ -662,6 +675,8 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
     trainer.train()
     if isinstance(judge, FallbackJudge):
         say("(b) judge answers", **judge.answered)
+        for error in judge.errors:
+            say("(b) the LLM judge failed", error=repr(error))
     else:
         say("(b) judge", name="AnchorJudge(min_failures=1)")
 
