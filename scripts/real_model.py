@@ -73,6 +73,8 @@ SYSTEM = "You play a text adventure. Answer with the number of one action."
 MDP = VaultMDP(rooms=3, key_room=1, slip=0.2, horizon=6)
 ACTION_TOKENS = 3
 THRESHOLD = 0.05
+ROLLOUT_TRIES = 3
+"""Part (a) rolls out again (new seeds) until a group mixes success and failure, at most this often."""
 """The parity monitor's threshold on KL(engine || trainer), nats a token: the library's default, in both parts."""
 FAILED_CHECKS: list[str] = []
 """What the run expected and did not see; any makes the script exit 1."""
@@ -304,26 +306,33 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
     from prover_trl.parity import model_score
 
     sampling = SamplingParams(max_tokens=ACTION_TOKENS, seed=None, stop_token_ids=(chat.end_of_turn,))
-    t0 = time.perf_counter()
     rollout_engine = LlamaServerEngine(url, slots=8, timeout_s=600.0)
-    rows = asyncio.run(rollout(rollout_engine, chat, groups, 4, sampling, seed=1))
+    # llama-server's tokens depend on how requests batch together, so a batch may hold no group that mixes
+    # success and failure: roll out again (new seeds) up to ROLLOUT_TRIES times rather than check nothing
+    rows: list[tuple[Trajectory, list[int], list[int]]] = []
+    mixed: list[str] = []
+    for attempt in range(1, ROLLOUT_TRIES + 1):
+        t0 = time.perf_counter()
+        rows = asyncio.run(rollout(rollout_engine, chat, groups, 4, sampling, seed=attempt))
+        mixed = [
+            g for g in {t.group_id for t, _, _ in rows} if 0 < sum(t.success for t, _, _ in rows if t.group_id == g) < 4
+        ]
+        say(
+            "(a) rollout on llama-server",
+            attempt=attempt,
+            episodes=len(rows),
+            successes=sum(t.success for t, _, _ in rows),
+            groups_mixed=len(mixed),
+            turns=sum(t.num_turns for t, _, _ in rows),
+            wall_s=time.perf_counter() - t0,
+        )
+        if mixed:
+            break
     by_id = {t.id: (t, p, c) for t, p, c in rows}
-    wins = sum(t.success for t, _, _ in rows)
-    mixed = [
-        g for g in {t.group_id for t, _, _ in rows} if 0 < sum(t.success for t, _, _ in rows if t.group_id == g) < 4
-    ]
-    say(
-        "(a) rollout on llama-server",
-        episodes=len(rows),
-        successes=wins,
-        groups_mixed=len(mixed),
-        turns=sum(t.num_turns for t, _, _ in rows),
-        wall_s=time.perf_counter() - t0,
-    )
     retok = sum(chat.encode(chat.tokenizer.decode(p + c)) != p + c for _, p, c in rows)
     say("(a) re-tokenising each row's text changes", rows=retok, of=len(rows))
+    check(bool(mixed), f"(a) a group mixing success and failure to verify within {ROLLOUT_TRIES} rollouts")
     if not mixed:
-        say("(a) no group mixes successes and failures: nothing to verify (raise --groups)")
         return
     chosen = set(sorted(mixed)[:verify_groups])
     all_rows, rows = rows, [r for r in rows if r[0].group_id in chosen]
