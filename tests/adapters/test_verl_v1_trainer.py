@@ -7,9 +7,9 @@ and storage as Ray actors), ``LLMServerManager.create_empty`` + verl's ``GlobalR
 ``AgentLoopBase`` / ``AgentLoopOutput.as_dict`` / ``list_of_dict_to_tensordict`` as the TQ agent-loop
 worker uses them. Stand-ins for what needs a GPU: the replica servers are Ray actors implementing the
 replica server's ``generate(prompt_ids, sampling_params, request_id, ...) -> TokenOutput`` signature
-(a scripted "model", ``tests/adapters/verl_replica.py``), ``ReplicaStandIn`` has the ``RolloutReplica`` methods the checkpoint
-manager calls, ``ActorWorkerGroupStandIn.update_weights`` plays the FSDP actor that wakes the colocated
-replicas and loads its weights (what ``actor_wg.update_weights(mode="naive")`` does on a GPU).
+(a scripted "model", ``tests/adapters/verl_replica.py``), ``ReplicaStandIn`` has the ``RolloutReplica``
+methods the checkpoint manager calls, ``ActorWorkerGroupStandIn.update_weights`` plays the FSDP actor that
+wakes the colocated replicas and loads its weights (what ``actor_wg.update_weights(mode="naive")`` does on a GPU).
 
 The environment (``Corridor``): positions 0..3, ``r`` moves right, anything else falls in a hole
 (episode over, failure); reaching 3 succeeds. Observations ``p<pos>``. The prompt is ``<script>|p0\\n``.
