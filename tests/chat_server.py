@@ -11,32 +11,15 @@ socket and open connections closed: connection refused) and brings it back on th
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import contextmanager
 from typing import Any
 
+from tests.loopback import LoopbackServer, Reply, Request
 
-@dataclass
-class Reply:
-    """One scripted HTTP reply."""
-
-    status: int = 200
-    body: Any = None
-    """A dict/list (sent as JSON) or a str/bytes body sent as is."""
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
-    content_type: str = "application/json"
-    truncate: bool = False
-    """Announce the full Content-Length but send only half the body, then close."""
-    drop: bool = False
-    """Close the connection without answering."""
-    trickle_s: float = 0.0
-    """Send the body one byte at a time, this many seconds apart (a server that never stalls a read)."""
+__all__ = ["ChatServer", "Reply", "Script", "answer", "completion", "serving"]
 
 
 def completion(
@@ -82,15 +65,10 @@ def answer(
     return completion(text, **kw)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # the default backlog of 5 drops concurrent connects (1 s SYN retry)
-
-
 Script = Sequence[Reply] | Callable[[dict[str, Any], int], Reply]
 
 
-class ChatServer:
+class ChatServer(LoopbackServer):
     """``with ChatServer(script) as server: server.url`` is ``http://127.0.0.1:<port>/v1``."""
 
     def __init__(self, script: Script) -> None:
@@ -98,107 +76,26 @@ class ChatServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
-        self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        super().__init__()
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"{self.root}/v1"
 
-    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+    def serve(self, request: Request) -> Reply:
+        try:
+            body = request.json()
+        except ValueError:
+            body = {"_raw": request.raw.decode(errors="replace")}
+        if request.method != "POST" or request.target != "/v1/chat/completions":
+            return Reply(status=404, body={"error": f"no route {request.target}"})
         with self._lock:
             index = len(self.requests)
             self.requests.append(body)
-            self.headers.append(headers)
+            self.headers.append(request.headers)
         if callable(self.script):
             return self.script(body, index)
         return self.script[min(index, len(self.script) - 1)]
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()  # no Nagle: headers and body are separate writes (else ~40 ms delayed-ACK stalls)
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                with server._lock:
-                    server._connections.add(self.connection)
-
-            def finish(self) -> None:
-                with server._lock:
-                    server._connections.discard(self.connection)
-                with suppress(OSError):  # closed by an outage
-                    super().finish()
-
-            def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr log
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = {"_raw": raw.decode(errors="replace")}
-                if self.path != "/v1/chat/completions":
-                    self._send(Reply(status=404, body={"error": f"no route {self.path}"}))
-                    return
-                self._send(server._next(body, dict(self.headers.items())))
-
-            def _send(self, reply: Reply) -> None:
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
-                if reply.drop:
-                    self.close_connection = True
-                    return
-                data = reply.body
-                if isinstance(data, str):
-                    payload = data.encode()
-                elif isinstance(data, bytes):
-                    payload = data
-                else:
-                    payload = json.dumps(data).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", reply.content_type)
-                    self.send_header("Content-Length", str(len(payload)))
-                    for name, value in reply.headers.items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    if reply.truncate:
-                        self.wfile.write(payload[: len(payload) // 2])
-                        self.close_connection = True
-                    elif reply.trickle_s:
-                        for byte in payload:
-                            self.wfile.write(bytes([byte]))
-                            self.wfile.flush()
-                            time.sleep(reply.trickle_s)
-                    else:
-                        self.wfile.write(payload)
-                except OSError:  # the client gave up (timeout tests)
-                    self.close_connection = True
-
-        return Handler
-
-    def start(self) -> ChatServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop listening and close every open connection (kept-alive ones included)."""
-        self._server.shutdown()
-        self._server.server_close()
-        with self._lock:
-            live = list(self._connections)
-        for conn in live:
-            with suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout=5)
 
     def outage(self, down_s: float) -> threading.Thread:
         """Go down now (connection refused) and come back on the same port after ``down_s`` seconds.
@@ -209,19 +106,11 @@ class ChatServer:
 
         def restart() -> None:
             time.sleep(down_s)
-            self._server = _Server(("127.0.0.1", self._port), self._handler())
-            self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
-            self._thread.start()
+            self.restart()
 
         thread = threading.Thread(target=restart, daemon=True)
         thread.start()
         return thread
-
-    def __enter__(self) -> ChatServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 @contextmanager

@@ -33,22 +33,18 @@ server here keeps its "weights").
 Every request is recorded (body and headers); ``max_in_flight`` is the most requests it ever served at
 once (also at ``GET /stats``, for a server in another process). Each request sleeps ``latency_s`` in its
 own thread, as a batching engine serves requests concurrently. ``faults`` replaces chosen answers with
-a scripted :class:`~tests.chat_server.Reply` (any status, headers, body, delay, truncation or a
+a scripted :class:`~tests.loopback.Reply` (any status, headers, body, delay, truncation or a
 dropped connection).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.chat_server import Reply
+from tests.loopback import LoopbackServer, Reply, Request
 
 Model = Callable[[list[int], dict[str, Any]], list[int]]
 Faults = Sequence[Reply | None] | Callable[[dict[str, Any], int], Reply | None]
@@ -116,12 +112,7 @@ def completion_body(
     return {"id": "cmpl-test", "object": "text_completion", "model": body["model"], "choices": [choice], "usage": usage}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024  # hundreds of concurrent connects (the default backlog of 5 drops them)
-
-
-class CompletionsServer:
+class CompletionsServer(LoopbackServer):
     """``with CompletionsServer() as server: server.url`` is ``http://127.0.0.1:<port>/v1``."""
 
     def __init__(
@@ -155,13 +146,11 @@ class CompletionsServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        super().__init__()
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"{self.root}/v1"
 
     def _fault(self, body: dict[str, Any], index: int) -> Reply | None:
         if callable(self.faults):
@@ -240,103 +229,47 @@ class CompletionsServer:
         time.sleep(self.latency_s)
         return Reply(body=completion_body(self.model(prompt, sampled), sampled, self.token_ids, self.eos_token_id))
 
-    def _enter(self) -> None:
+    def serve(self, request: Request) -> Reply:
+        if request.method == "GET":
+            return self._get(request.target)
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return self._post(request)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
-    def _leave(self) -> None:
+    def _get(self, path: str) -> Reply:
+        if path == "/is_sleeping":
+            return Reply(body={"is_sleeping": self.is_sleeping})
+        if path != "/stats":
+            return Reply(status=404, body={"error": f"no route {path}"})
         with self._lock:
-            self.in_flight -= 1
+            stats = {
+                "requests": len(self.requests),
+                "max_in_flight": self.max_in_flight,
+                "cpu_s": time.process_time(),  # the server process's CPU time so far
+            }
+        return Reply(body=stats)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                if self.path == "/is_sleeping":
-                    self._send(Reply(body={"is_sleeping": server.is_sleeping}))
-                    return
-                if self.path != "/stats":
-                    self._send(Reply(status=404, body={"error": f"no route {self.path}"}))
-                    return
-                with server._lock:
-                    stats = {
-                        "requests": len(server.requests),
-                        "max_in_flight": server.max_in_flight,
-                        "cpu_s": time.process_time(),  # the server process's CPU time so far
-                    }
-                self._send(Reply(body=stats))
-
-            def do_POST(self) -> None:
-                server._enter()
-                try:
-                    raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                    if self.path.split("?")[0] == "/sleep":
-                        server.sleep()
-                        self._send(Reply(body=""))
-                        return
-                    if self.path == "/wake_up":
-                        server.wake_up()
-                        self._send(Reply(body=""))
-                        return
-                    route = server.route(self.path)
-                    if route is None:
-                        self._send(Reply(status=404, body={"error": f"no route {self.path}"}))
-                        return
-                    try:
-                        body = json.loads(raw)
-                    except ValueError:
-                        self._send(Reply(status=400, body={"error": "body is not JSON"}))
-                        return
-                    self._send(route(body, dict(self.headers.items())))
-                finally:
-                    server._leave()
-
-            def _send(self, reply: Reply) -> None:
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
-                if reply.drop:
-                    self.close_connection = True
-                    return
-                data = reply.body
-                payload = data.encode() if isinstance(data, str) else data if isinstance(data, bytes) else None
-                if payload is None:
-                    payload = json.dumps(data).encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                with contextlib.suppress(OSError):  # the client gave up (timeout tests)
-                    self.wfile.write(payload[: len(payload) // 2] if reply.truncate else payload)
-                if reply.truncate:
-                    self.close_connection = True
-
-        return Handler
-
-    def start(self) -> CompletionsServer:
-        self._thread.start()
-        return self
+    def _post(self, request: Request) -> Reply:
+        if request.path == "/sleep":
+            self.sleep()
+            return Reply(body="")
+        if request.target == "/wake_up":
+            self.wake_up()
+            return Reply(body="")
+        route = self.route(request.target)
+        if route is None:
+            return Reply(status=404, body={"error": f"no route {request.target}"})
+        try:
+            body = request.json()
+        except ValueError:
+            return Reply(status=400, body={"error": "body is not JSON"})
+        return route(body, request.headers)
 
     def stop(self) -> None:
         self.wake_up()  # let queued requests finish
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> CompletionsServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().stop()

@@ -21,7 +21,8 @@ substitutions, and nothing else changed:
   (``torch-2.13.0+cpu``); the test then checks that torch is that CPU build and that no nvidia or triton
   package came in;
 * a block that installs without creating an environment first runs in a fresh one (a user's own);
-* ``./scripts/test`` (the CI command, which runs this test) is not run recursively.
+* ``./scripts/test`` (the CI command, which runs this test) is not run recursively, also when environment
+  assignments come first (``PROVER_HOSTS=trl ./scripts/test --co -q``).
 """
 
 from __future__ import annotations
@@ -124,10 +125,14 @@ python() {
 """
 
 
+CI_COMMAND = r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*\./scripts/test(?=\s|$).*$"
+"""``./scripts/test``, also after environment assignments (``PROVER_HOSTS=trl ./scripts/test --co -q``)."""
+
+
 def script(block: Block, tmp: Path) -> str:
     """The bash script that runs ``block`` as written, with the module docstring's substitutions."""
     body = block.text.replace("/tmp/", f"{tmp}/")
-    body = re.sub(r"^\./scripts/test\b.*$", "true  # ./scripts/test: the CI command itself", body, flags=re.M)
+    body = re.sub(CI_COMMAND, "true  # ./scripts/test: the CI command itself", body, flags=re.M)
     fresh = (
         "" if re.search(r"^python -m venv ", body, re.M) else f"python -m venv {tmp}/env && . {tmp}/env/bin/activate\n"
     )

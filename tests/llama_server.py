@@ -26,22 +26,18 @@ Left out: llama.cpp's RNG (``dist`` draws with numpy's ``default_rng(seed)``, so
 same tokens here, not the tokens the real server would draw), text prompts, streaming, stop strings,
 grammars, the samplers outside SamplingParams (typical, DRY, XTC, mirostat: refused if switched on),
 n_cmpl, speculative decoding, the host-memory prompt cache, and the other routes (``/props``, ``/tokenize``).
-``faults`` replaces chosen answers with a scripted :class:`~tests.chat_server.Reply`.
+``faults`` replaces chosen answers with a scripted :class:`~tests.loopback.Reply`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
 import threading
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 
-from tests.chat_server import Reply
+from tests.loopback import LoopbackServer, Reply, Request
 
 VOCAB = 160
 EOG = 2
@@ -109,7 +105,7 @@ def sample_chain(body: dict[str, Any], history: list[int], logits: np.ndarray) -
     return _softmax(np.where(keep, z, -np.inf))
 
 
-class LlamaServer:
+class LlamaServer(LoopbackServer):
     """``with LlamaServer(slots=2) as server: server.url`` is ``http://127.0.0.1:<port>``."""
 
     def __init__(self, *, slots: int = 4, n_ctx: int = 4096, faults: Sequence[Reply | None] = ()) -> None:
@@ -125,14 +121,11 @@ class LlamaServer:
         self.last_used = [0] * slots
         self._clock = 0
         self._cond = threading.Condition()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        super().__init__()
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self.root
 
     def _take_slot(self, prompt: list[int], wanted: int) -> int:
         with self._cond:
@@ -224,55 +217,14 @@ class LlamaServer:
             self.exchanges.append((list(prompt), out))
         return Reply(body=result)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if self.path != "/completion":
-                    self._send(_error(404, "not_found_error", f"File Not Found: {self.path}"))
-                    return
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    self._send(_error(400, "invalid_request_error", "body is not JSON"))
-                    return
-                self._send(server.answer(body))
-
-            def _send(self, reply: Reply) -> None:
-                if reply.drop:
-                    self.close_connection = True
-                    return
-                payload = json.dumps(reply.body).encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                with contextlib.suppress(OSError):
-                    self.wfile.write(payload)
-
-        return Handler
-
-    def __enter__(self) -> LlamaServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+    def serve(self, request: Request) -> Reply:
+        if request.method != "POST" or request.target != "/completion":
+            return _error(404, "not_found_error", f"File Not Found: {request.target}")
+        try:
+            body = request.json()
+        except ValueError:
+            return _error(400, "invalid_request_error", "body is not JSON")
+        return self.answer(body)
 
 
 def _lcp(a: Sequence[int], b: Sequence[int]) -> int:

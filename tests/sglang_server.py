@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.chat_server import Reply
 from tests.completions_server import CompletionsServer, Faults, Model
+from tests.loopback import Reply
 
 SGLANG_DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 128,
@@ -73,10 +73,6 @@ class SGLangServer(CompletionsServer):
         super().__init__(latency_s=latency_s, faults=faults, eos_token_id=eos_token_id, **kw)
         self.context_len = context_len
         self.deterministic = deterministic
-
-    @property
-    def root(self) -> str:
-        return self.url.removesuffix("/v1")
 
     def route(self, path: str) -> Callable[[dict[str, Any], dict[str, str]], Reply] | None:
         return {"/generate": self.generate, "/v1/completions": self.completions}.get(path)

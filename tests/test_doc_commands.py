@@ -58,6 +58,17 @@ def test_every_command_block_is_labelled_and_every_skipped_one_says_why() -> Non
     assert {b.kind for b in BLOCKS} >= {"run", "notest"}
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["./scripts/test", "./scripts/test --co -q", "PROVER_HOSTS=trl ./scripts/test --co -q", 'A="" B=1 ./scripts/test'],
+)
+def test_the_ci_command_is_not_run_recursively_and_other_scripts_are(line: str, tmp_path: Path) -> None:
+    other = "./scripts/test-doc-commands"
+    text = script(Block(ROOT / "README.md", 1, "bash", f"{line}\n{other}\n"), tmp_path)
+    lines = text.splitlines()
+    assert line not in lines and "true  # ./scripts/test: the CI command itself" in lines and other in lines
+
+
 def block_lines() -> set[str]:
     return {" ".join(line.split("#")[0].split()) for b in BLOCKS if b.kind != "notest" for line in b.text.splitlines()}
 

@@ -7,9 +7,9 @@ and storage as Ray actors), ``LLMServerManager.create_empty`` + verl's ``GlobalR
 ``AgentLoopBase`` / ``AgentLoopOutput.as_dict`` / ``list_of_dict_to_tensordict`` as the TQ agent-loop
 worker uses them. Stand-ins for what needs a GPU: the replica servers are Ray actors implementing the
 replica server's ``generate(prompt_ids, sampling_params, request_id, ...) -> TokenOutput`` signature
-(a scripted "model", below), ``ReplicaStandIn`` has the ``RolloutReplica`` methods the checkpoint
-manager calls, ``ActorWorkerGroupStandIn.update_weights`` plays the FSDP actor that wakes the colocated
-replicas and loads its weights (what ``actor_wg.update_weights(mode="naive")`` does on a GPU).
+(a scripted "model", ``tests/adapters/verl_replica.py``), ``ReplicaStandIn`` has the ``RolloutReplica``
+methods the checkpoint manager calls, ``ActorWorkerGroupStandIn.update_weights`` plays the FSDP actor that
+wakes the colocated replicas and loads its weights (what ``actor_wg.update_weights(mode="naive")`` does on a GPU).
 
 The environment (``Corridor``): positions 0..3, ``r`` moves right, anything else falls in a hole
 (episode over, failure); reaching 3 succeeds. Observations ``p<pos>``. The prompt is ``<script>|p0\\n``.
@@ -20,7 +20,6 @@ The scripted model: without a seed it plays the script's next character (one tok
 from __future__ import annotations
 
 import os
-import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +44,6 @@ from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 from verl.workers.config import CheckpointEngineConfig  # noqa: E402
 from verl.workers.rollout.llm_server import LLMServerManager  # noqa: E402
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 import prover_verl  # noqa: E402
 from prover_core import ProverConfig, Segment, Trajectory  # noqa: E402
@@ -61,11 +59,11 @@ from prover_verl.replicas import awake_replicas  # noqa: E402
 from prover_verl.spec import ProverSpec  # noqa: E402
 from prover_verl.startup import install_startup_guard  # noqa: E402
 from prover_verl.trainer import ProverTrainerColocateAsync, ProverTrainerSync  # noqa: E402
+from tests.adapters.verl_replica import VOCAB, ReplicaServer  # noqa: E402
 
 prover_verl.register()
 install_startup_guard()
 
-VOCAB = string.printable
 SCRIPTS = ["rrr", "rx", "x", "rrx"]  # session 0 succeeds in 3 turns; 1..3 fail
 LAM, K = 2.0, 8
 
@@ -123,75 +121,8 @@ class CorridorSpec(ProverSpec):
         return SamplingParams(max_tokens=1, temperature=1.0)
 
 
-@ray.remote
-class LoopbackServer:
-    """A replica server: ``generate`` with the signature of verl's vLLM server (token ids in and out).
-
-    Asleep, it queues requests until woken, as vLLM 0.29 does. Left out: real sampling (a scripted
-    one-token "model"), EOS, ``max_model_len`` clamping (verl's server code, not exercised here), batching.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name, self.awake, self.mode = name, True, "ok"
-        self.events: list[str] = []
-        self.requests: list[tuple[list[int], dict[str, Any]]] = []
-
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling_params: dict[str, Any],
-        request_id: str,
-        image_data: Any = None,
-        video_data: Any = None,
-        audio_data: Any = None,
-        mm_processor_kwargs: Any = None,
-        priority: int = 0,
-    ) -> TokenOutput:
-        import asyncio
-
-        self.requests.append((list(prompt_ids), dict(sampling_params)))
-        self.events.append("generate")
-        while not self.awake:  # vLLM 0.29 pauses its scheduler while asleep: the request waits for wake_up
-            await asyncio.sleep(0.05)
-        if self.mode == "raise":
-            raise RuntimeError("CUDA error: out of memory")
-        if self.mode == "slow":
-            await asyncio.sleep(30)
-        if self.mode == "abort":
-            return TokenOutput(token_ids=[], stop_reason="aborted", extra_fields={"global_steps": 0})
-        text = "".join(VOCAB[i - 2] for i in prompt_ids)
-        seed = sampling_params.get("seed")
-        if seed is None:
-            script = text.split("|")[0]
-            char = script[text.count("\n") - 1]
-        else:
-            char = "x" if seed % 3 == 0 else "r"
-        return TokenOutput(
-            token_ids=[VOCAB.index(char) + 2],
-            log_probs=[-0.5],
-            stop_reason="completed",
-            extra_fields={"global_steps": 0},
-        )
-
-    def set(self, awake: bool | None = None, mode: str | None = None) -> None:
-        self.awake = self.awake if awake is None else awake
-        self.mode = self.mode if mode is None else mode
-
-    def load_weights(self, global_steps: int) -> None:
-        self.awake = True
-        self.events.append(f"load_weights:{global_steps}")
-
-    def sleep(self) -> None:
-        self.awake = False
-        self.events.append("sleep")
-
-    def log(self, event: str) -> None:
-        self.events.append(event)
-
-    def take(self) -> tuple[list[str], list[tuple[list[int], dict[str, Any]]]]:
-        out = (self.events, self.requests)
-        self.events, self.requests = [], []
-        return out
+LoopbackServer = ray.remote(ReplicaServer)
+"""The replica servers: Ray actors of :class:`tests.adapters.verl_replica.ReplicaServer`."""
 
 
 class ReplicaStandIn:

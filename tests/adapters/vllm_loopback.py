@@ -25,15 +25,15 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from unittest import mock
-from urllib.parse import urlparse
 
 import torch
 
+from tests.loopback import LoopbackServer, Reply, Request
 
-class LoopbackVLLM:
+
+class LoopbackVLLM(LoopbackServer):
     """``with LoopbackVLLM(model) as server: VLLMClient(base_url=server.url)``."""
 
     def __init__(
@@ -70,33 +70,28 @@ class LoopbackVLLM:
         self.hold_s = 20.0
         self._lock = threading.Lock()
         self._count = threading.Condition()
-        self._server: ThreadingHTTPServer | None = None
+        self._closed = threading.Lock()
+        super().__init__()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    def __enter__(self) -> LoopbackVLLM:
-        handler = type("Handler", (_Handler,), {"app": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+    def start(self) -> LoopbackVLLM:
+        super().start()
         timer = threading.Timer(self.lifetime_s, self.close)
         timer.daemon = True
         timer.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self.close()
 
     def close(self) -> None:
-        if self._server is not None:
-            server, self._server = self._server, None
-            server.shutdown()
-            server.server_close()
+        """Stop serving (once: the lifetime timer and the ``with`` block may both call it)."""
+        if self._closed.acquire(blocking=False):
+            super().stop()
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self.root
 
     def load(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
         """The weight transfer: copy ``(name, tensor)`` pairs into the served model."""
@@ -104,6 +99,45 @@ class LoopbackVLLM:
             params = dict(self.model.named_parameters())
             for name, tensor in named:
                 params[name].copy_(tensor.detach().to(params[name].dtype))
+
+    # -- HTTP -------------------------------------------------------------------------------------------------
+    def serve(self, request: Request) -> Reply:
+        path = request.path
+        if request.method == "GET":
+            if path == "/health":
+                return Reply(body={})
+            if path == "/v1/models":
+                return Reply(body={"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+            if path == "/server_info":
+                config = {"model_config": {"logprobs_mode": "processed_logprobs"}, "weight_transfer_config": None}
+                return Reply(body={"vllm_config": config})
+            if path == "/get_world_size":
+                return Reply(body={"world_size": 1})
+            return Reply(status=404, body={"error": f"no route {path}"})
+        body = json.loads(request.raw or b"{}")
+        if path == "/reset_prefix_cache":
+            self.prefix_cache_resets += 1
+            return Reply(body={"success": True})
+        if path != "/v1/completions":
+            return Reply(status=404, body={"error": f"no route {path}"})
+        self.requests.append(body)
+        if self.fail_next:
+            self.fail_next = False
+            return Reply(status=400, body={"error": {"message": "scripted failure", "type": "BadRequestError"}})
+        with self._count:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._count.notify_all()
+            self._count.wait_for(lambda: self.max_in_flight >= self.hold_until, self.hold_s)
+        try:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            return Reply(body=self.complete(body))
+        except (ValueError, KeyError, TypeError) as exc:
+            return Reply(status=400, body={"error": {"message": str(exc), "type": "BadRequestError"}})
+        finally:
+            with self._count:
+                self.in_flight -= 1
 
     # -- generation --------------------------------------------------------------------------------------------
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -179,66 +213,6 @@ class LoopbackVLLM:
             "logprobs": logprobs_field,
             "finish_reason": finish,
         }
-
-
-class _Handler(BaseHTTPRequestHandler):
-    app: LoopbackVLLM
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
-
-    def _send(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        path = urlparse(self.path).path
-        if path == "/health":
-            self._send(200, {})
-        elif path == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": self.app.model_name, "object": "model"}]})
-        elif path == "/server_info":
-            config = {"model_config": {"logprobs_mode": "processed_logprobs"}, "weight_transfer_config": None}
-            self._send(200, {"vllm_config": config})
-        elif path == "/get_world_size":
-            self._send(200, {"world_size": 1})
-        else:
-            self._send(404, {"error": f"no route {path}"})
-
-    def do_POST(self) -> None:
-        path = urlparse(self.path).path
-        length = int(self.headers.get("Content-Length", 0))
-        body = json.loads(self.rfile.read(length) or b"{}")
-        if path == "/reset_prefix_cache":
-            self.app.prefix_cache_resets += 1
-            self._send(200, {"success": True})
-            return
-        if path != "/v1/completions":
-            self._send(404, {"error": f"no route {path}"})
-            return
-        self.app.requests.append(body)
-        if self.app.fail_next:
-            self.app.fail_next = False
-            self._send(400, {"error": {"message": "scripted failure", "type": "BadRequestError"}})
-            return
-        with self.app._count:
-            self.app.in_flight += 1
-            self.app.max_in_flight = max(self.app.max_in_flight, self.app.in_flight)
-            self.app._count.notify_all()
-            self.app._count.wait_for(lambda: self.app.max_in_flight >= self.app.hold_until, self.app.hold_s)
-        try:
-            if self.app.delay_s:
-                time.sleep(self.app.delay_s)
-            self._send(200, self.app.complete(body))
-        except (ValueError, KeyError, TypeError) as exc:
-            self._send(400, {"error": {"message": str(exc), "type": "BadRequestError"}})
-        finally:
-            with self.app._count:
-                self.app.in_flight -= 1
 
 
 def client_for(url: str) -> Any:
