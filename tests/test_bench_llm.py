@@ -7,6 +7,8 @@ tests/adapters/test_trl_llm_bench.py, which runs in the TRL environment (it has 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -217,3 +219,32 @@ def test_the_report_says_first_when_more_samples_do_not_help() -> None:
     assert any("highest of the grid" in line for line in report.checks(edge))
     middle = {"GRPO": {0.001: [_Run(0, [0.1, 0.3])], 0.002: [_Run(0, [0.1, 0.5])], 0.003: [_Run(0, [0.1, 0.4])]}}
     assert report.checks(middle) == []
+
+
+def test_every_module_imports_without_torch() -> None:
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import prover_core.bench.llm as pkg\n"
+        "for m in pkgutil.iter_modules(pkg.__path__, 'prover_core.bench.llm.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "import prover_core\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_only_llm_without_torch_names_the_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from prover_core.bench.llm import TORCH_INSTALL
+    from prover_core.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["bench", "--only", "llm", "--quick", "--out", "unused"]) == 2
+    assert TORCH_INSTALL in capsys.readouterr().err
+    assert main(["bench", "--only", "llm,neural", "--out", "unused"]) == 2
+    assert "on its own" in capsys.readouterr().err

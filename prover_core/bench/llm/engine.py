@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from prover_core.bench.llm import model as M
 from prover_core.bench.llm.tasks import END, MAX_ACTION_TOKENS, Record, Task, observation_tokens, play, start_record
@@ -130,4 +129,6 @@ def run(coro: object) -> object:
 
 def threads() -> None:
     """One CPU thread for torch (the machine is shared; the benchmark is sized for it)."""
+    import torch
+
     torch.set_num_threads(1)

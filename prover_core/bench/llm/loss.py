@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import torch
-
 Tensor = Any
 Aggregation = Literal["token-mean", "seq-mean"]
 
 
 def clipped_token_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, eps: float = 0.2) -> Tensor:
     """``-min(r A, clip(r, 1-eps, 1+eps) A)`` per token."""
+    import torch
+
     ratio = torch.exp(logp - logp_old)
     return -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
 

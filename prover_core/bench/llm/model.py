@@ -10,9 +10,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-
 from prover_core.bench.llm.tasks import VOCAB
 
 Tensor = Any
@@ -23,6 +20,8 @@ LAYERS, D, HEADS, CONTEXT = 2, 64, 4, 256
 
 def init_params(seed: int, vocab: int = len(VOCAB)) -> Params:
     """Fresh weights (GPT-2 style scales), seeded."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
 
     def normal(*shape: int, std: float = 0.02) -> Tensor:
@@ -47,15 +46,21 @@ def clone(params: Params) -> Params:
 
 
 def _ln(p: Params, name: str, x: Tensor) -> Tensor:
+    import torch.nn.functional as F
+
     return F.layer_norm(x, (D,), p[f"{name}.w"], p[f"{name}.b"])
 
 
 def _mlp(p: Params, i: int, x: Tensor) -> Tensor:
+    import torch.nn.functional as F
+
     return F.gelu(x @ p[f"{i}.fc"] + p[f"{i}.fc.b"]) @ p[f"{i}.proj"]
 
 
 def forward(p: Params, tokens: Tensor) -> Tensor:
     """Logits ``[N, L, V]`` of the next token at every position of ``tokens`` ``[N, L]`` (causal)."""
+    import torch.nn.functional as F
+
     n, length = tokens.shape
     if length > CONTEXT:
         raise ValueError(f"sequence of {length} tokens exceeds the context of {CONTEXT}")
@@ -74,6 +79,8 @@ class Cache:
     """Keys and values of ``slots`` sequences of up to ``CONTEXT`` tokens, and each slot's length."""
 
     def __init__(self, slots: int) -> None:
+        import torch
+
         dh = D // HEADS
         self.k = torch.zeros(LAYERS, slots, HEADS, CONTEXT, dh)
         self.v = torch.zeros(LAYERS, slots, HEADS, CONTEXT, dh)
@@ -82,11 +89,16 @@ class Cache:
 
 def prefill(p: Params, cache: Cache, slot: int, tokens: list[int]) -> Tensor:
     """Fill ``slot`` with ``tokens`` (from position 0); the next-token logits ``[V]`` after the last."""
+    import torch
+
     with torch.no_grad():
         return _prefill(p, cache, slot, tokens)
 
 
 def _prefill(p: Params, cache: Cache, slot: int, tokens: list[int]) -> Tensor:
+    import torch
+    import torch.nn.functional as F
+
     length = len(tokens)
     if not 0 < length <= CONTEXT:
         raise ValueError(f"cannot prefill {length} tokens (context {CONTEXT})")
@@ -113,11 +125,15 @@ def forward_cached(p: Params, cache: Cache, slots: list[int], tokens: list[list[
     that range not in ``slots`` compute garbage at their current length, which their next tokens
     overwrite before anything attends to it.
     """
+    import torch
+
     with torch.no_grad():
         return _forward_cached(p, cache, slots, tokens)
 
 
 def _forward_cached(p: Params, cache: Cache, slots: list[int], tokens: list[list[int]]) -> Tensor:
+    import torch
+
     m = len(tokens[0])
     lo, hi = min(slots), max(slots) + 1
     n = hi - lo

@@ -28,7 +28,12 @@ class Settings:
     eval_samples: int
     tasks_per_step: int = 8
     bc_steps: int = 200
+    widen: int = 0
+    """Times the lr grid is widened (by a factor 3 beyond the edge) while some arm's best lr is on an edge."""
     extras: bool = False
+    """ProVer (anchor) with K = 2."""
+    seq_mean: bool = False
+    """GRPO and ProVer (anchor) with the sequence-mean loss too."""
     title: str = "LLM-shaped benchmark"
     eval_at: tuple[int, ...] = field(default=())
 
@@ -38,13 +43,13 @@ class Settings:
 
 QUICK = Settings(seeds=2, steps=4, lrs=(1e-3, 3e-3), eval_every=4, eval_tasks=32, eval_samples=2, tasks_per_step=4,
                  title="quick")  # fmt: skip
-MEDIUM = Settings(seeds=4, steps=10, lrs=(1e-3, 3e-3), eval_every=5, eval_tasks=32, eval_samples=2, tasks_per_step=4,
-                  title="medium")  # fmt: skip
-FULL = Settings(seeds=8, steps=40, lrs=(3e-4, 1e-3, 3e-3), eval_every=10, eval_tasks=64, eval_samples=4, extras=True,
-                title="full")  # fmt: skip
+MEDIUM = Settings(seeds=4, steps=10, lrs=(1e-4, 3e-4), eval_every=5, eval_tasks=32, eval_samples=2, tasks_per_step=4,
+                  widen=1, seq_mean=True, title="medium")  # fmt: skip
+FULL = Settings(seeds=8, steps=40, lrs=(3e-5, 1e-4, 3e-4), eval_every=10, eval_tasks=64, eval_samples=4, extras=True,
+                seq_mean=True, widen=2, title="full")  # fmt: skip
 
 
-def arms(extras: bool) -> list[Arm]:
+def arms(extras: bool, seq_mean: bool) -> list[Arm]:
     """Every arm but budget-matched GRPO (sized after ProVer's measured cost)."""
     out = [
         Arm("GRPO"),
@@ -55,8 +60,9 @@ def arms(extras: bool) -> list[Arm]:
             judge=lambda s: SameLengthRandomJudge(AnchorJudge(), seed=s)),
     ]  # fmt: skip
     if extras:
+        out.append(Arm("ProVer, anchor judge, K=2", credit="prover", judge=lambda s: AnchorJudge(), k=2))
+    if seq_mean:
         out += [
-            Arm("ProVer, anchor judge, K=2", credit="prover", judge=lambda s: AnchorJudge(), k=2),
             Arm("GRPO, seq-mean", aggregation="seq-mean"),
             Arm(
                 "ProVer, anchor judge, seq-mean", credit="prover", judge=lambda s: AnchorJudge(), aggregation="seq-mean"
@@ -86,15 +92,27 @@ def run_llm(settings: Settings, out: Path, command: str) -> str:
         _say(f"{arm.name} lr {lr:g} seed {seed}: {r.success[-1]:.3f} (extra env steps "
              f"{100 * r.extra_share():.0f}%, {r.seconds:.0f} s)")  # fmt: skip
 
-    for lr in settings.lrs:
+    def column(lr: float) -> None:
+        """Every arm at ``lr``; budget-matched GRPO last, sized by ProVer (anchor)'s measured cost at ``lr``."""
         for seed in range(settings.seeds):
-            for arm in arms(settings.extras):
+            for arm in arms(settings.extras, settings.seq_mean):
                 train(arm, seed, lr)
         anchor = runs[ANCHOR][lr]
         g = matched_group_size(8, sum(x.rollout_turns for r in anchor for x in r.logs),
                                sum(x.extra_turns for r in anchor for x in r.logs))  # fmt: skip
         for seed in range(settings.seeds):
             train(Arm(report.MATCHED, group_size=g), seed, lr)
+
+    for lr in settings.lrs:
+        column(lr)
+    for _ in range(settings.widen):
+        where = {report.edge(by_lr) for by_lr in runs.values()}
+        lrs = sorted(runs[report.BASE])
+        new = lrs[0] / 3 if "lowest" in where else lrs[-1] * 3 if "highest" in where else None
+        if new is None:
+            break
+        _say(f"a best lr is on the {'lowest' if new < lrs[0] else 'highest'} edge of {lrs}: widening to lr {new:g}")
+        column(new)
     ordered = {
         name: runs[name] for name in [report.BASE, report.MATCHED] + [n for n in runs if "GRPO" != n != report.MATCHED]
     }

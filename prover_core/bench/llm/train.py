@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from prover_core.bench.llm import model as M
 from prover_core.bench.llm.credit import gigpo_turns, grpo_turns, trajectory
 from prover_core.bench.llm.engine import Engine, episodes, run, run_episode
 from prover_core.bench.llm.loss import Aggregation, policy_loss
+from prover_core.bench.llm.model import Tensor
 from prover_core.bench.llm.tasks import Record, make_task, restored, simulate
 from prover_core.bonus import acompute_bonus
 from prover_core.config import ProverConfig
@@ -85,8 +84,10 @@ class LLMRun:
         return sum(x.extra_tokens for x in self.logs) / rollout if rollout else 0.0
 
 
-def token_rows(records: Sequence[Record]) -> tuple[torch.Tensor, torch.Tensor]:
+def token_rows(records: Sequence[Record]) -> tuple[Tensor, Tensor]:
     """Padded tokens ``[N, L]`` and the action-token mask ``[N, L]``."""
+    import torch
+
     length = max(len(r.tokens) for r in records)
     tokens = torch.zeros(len(records), length, dtype=torch.long)
     mask = torch.zeros(len(records), length)
@@ -97,15 +98,20 @@ def token_rows(records: Sequence[Record]) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, mask
 
 
-def token_logp(params: M.Params, tokens: torch.Tensor) -> torch.Tensor:
+def token_logp(params: M.Params, tokens: Tensor) -> Tensor:
     """``log pi(x_j | x_<j)`` at positions ``1..L-1`` (position 0 gets 0), shape ``[N, L]``."""
+    import torch
+    import torch.nn.functional as F
+
     logits = M.forward(params, tokens)
     lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, tokens[:, 1:, None])[..., 0]
     return F.pad(lp, (1, 0))
 
 
-def turn_advantages_to_tokens(records: Sequence[Record], per_turn: Sequence[np.ndarray], length: int) -> torch.Tensor:
+def turn_advantages_to_tokens(records: Sequence[Record], per_turn: Sequence[np.ndarray], length: int) -> Tensor:
     """Each turn's advantage on its action tokens (the rows of ``token_rows``)."""
+    import torch
+
     adv = np.zeros((len(records), length))
     for i, (r, a) in enumerate(zip(records, per_turn, strict=True)):
         for (s, e), v in zip(r.spans, a, strict=True):
@@ -115,6 +121,8 @@ def turn_advantages_to_tokens(records: Sequence[Record], per_turn: Sequence[np.n
 
 def behaviour_clone(seed: int, steps: int = 300, batch: int = 16, lr: float = 3e-3) -> M.Params:
     """Next-token cross-entropy on the noisy expert's action tokens (token-mean), Adam, one-cycle lr schedule."""
+    import torch
+
     torch.manual_seed(seed)
     params = M.init_params(seed)
     opt = torch.optim.Adam(list(params.values()), lr=lr)
@@ -183,6 +191,8 @@ def train_run(
     eval_samples: int, start_success: float, tasks_per_step: int = TASKS_PER_STEP,
 ) -> LLMRun:  # fmt: skip
     """``steps`` optimizer steps of ``arm`` from ``start``; held-out success at ``eval_at`` (step 0 given)."""
+    import torch
+
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     params = M.clone(start)
