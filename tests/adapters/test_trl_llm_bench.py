@@ -101,7 +101,7 @@ def test_turn_advantages_land_on_the_action_tokens() -> None:
             assert (adv[i, a:b] == t + 1).all() and (mask[i, a:b] == 1).all()
         assert int(mask[i].sum()) == r.action_tokens
         assert (adv[i][mask[i] == 0] == 0).all()
-    lp = TR.token_logp(M.init_params(0), tokens)  # log-probs of the realised tokens: <= 0, position 0 unused
+    lp = TR.token_logp(M.init_params(0), tokens).detach()  # log-probs of the realised tokens: <= 0, position 0 unused
     assert lp.shape == tokens.shape and float(lp[:, 0].abs().sum()) == 0.0 and float(lp.max()) <= 0.0
 
 

@@ -76,8 +76,8 @@ def checks(runs: Runs) -> list[str]:
             lines.append(f"{name}: one lr only ({next(iter(by_lr)):g}); no lr check.")
         elif where is not None:
             lines.append(
-                f"{name}: best lr {best_lr(by_lr):g} is the {where} of the grid {sorted(by_lr)}: its figures are "
-                "lower bounds (the grid was not widened in this run)."
+                f"{name}: best lr {best_lr(by_lr):g} is the {where} of the grid {sorted(by_lr)} (after any widening "
+                "this run did): its figures are lower bounds."
             )
     return lines
 
