@@ -82,8 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")
     bench.add_argument("--quick", action="store_true", help="a smaller run (under 2 minutes on 2 cores)")
     bench.add_argument("--out", default="bench-out", help="folder for bench.md, results.json and plots")
-    bench.add_argument("--only", default="accuracy,training,overhead,neural", help="comma-separated sections to run")
+    bench.add_argument(
+        "--only",
+        default="accuracy,training,overhead,neural",
+        help="comma-separated sections to run (llm: the LLM-shaped benchmark, on its own; needs torch)",
+    )
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument(
+        "--size", choices=("quick", "medium", "full"), help="--only llm: the size (default: full; quick with --quick)"
+    )
     bench.add_argument("--no-progress", action="store_true", help="no progress bars")
     bench.add_argument("what", nargs="?", choices=("judges",), help="judges: the judge harness (judges x environments)")
     bench.add_argument("--textworld", action=argparse.BooleanOptionalAction, help="judges: TextWorld games")
@@ -176,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command
 
-        return bench_command(args.quick, args.out, args.only, args.seed, not args.no_progress)
+        return bench_command(args.quick, args.out, args.only, args.seed, not args.no_progress, args.size)
     return 0
 
 

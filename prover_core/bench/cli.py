@@ -11,9 +11,22 @@ from prover_core.bench.run import FULL, QUICK, run_bench
 SECTIONS = ("accuracy", "training", "overhead", "neural")
 
 
-def bench_command(quick: bool, out: str, only: str, seed: int = 0, show_progress: bool = True) -> int:
-    """Run the benchmarks, print the Markdown report, write it (with JSON and plots) to ``out``."""
+def bench_command(
+    quick: bool, out: str, only: str, seed: int = 0, show_progress: bool = True, size: str | None = None
+) -> int:
+    """Run the benchmarks, print the Markdown report, write it (with JSON and plots) to ``out``.
+
+    ``--only llm`` (the LLM-shaped benchmark, needs torch) runs on its own at ``size`` (default: ``quick``
+    with ``--quick``, else ``full``).
+    """
     sections = tuple(s.strip() for s in only.split(",") if s.strip())
+    if "llm" in sections:
+        if sections != ("llm",):
+            print("prover bench: run --only llm on its own (it needs torch and its own time)", file=sys.stderr)
+            return 2
+        from prover_core.bench.llm.cli import llm_command
+
+        return llm_command(size or ("quick" if quick else "full"), out)
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown or not sections:
         print(f"prover bench: unknown sections {unknown}; choose from {', '.join(SECTIONS)}", file=sys.stderr)

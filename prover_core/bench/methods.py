@@ -17,7 +17,7 @@ VinePPO and SPO-chain may be restricted to some episodes (``only``); the others 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,22 +147,33 @@ def gigpo(batch: Batch, gamma: float = 0.95, omega: float = 1.0, normalize_std: 
     ep, c = batch.episodes, batch.c
     for g in range(batch.groups):
         members = range(g * batch.group_size, (g + 1) * batch.group_size)
-        anchors: dict[int, list[tuple[int, int, float]]] = {}
-        for i in members:
-            length = int(ep.length[i])
-            for t in range(length):
-                ret = gamma ** (length - 1 - t) * batch.reward[i]
-                anchors.setdefault(int(c.obs_of[ep.states[i, t]]), []).append((i, t, ret))
-        for steps in anchors.values():
-            returns = np.array([r for *_, r in steps])
-            centred = returns - returns.mean()
-            if normalize_std and len(steps) > 1:
-                centred = centred / (returns.std(ddof=1) + 1e-6)
-            for (i, t, _), a in zip(steps, centred.tolist(), strict=True):
-                out.per_turn[i, t] += omega * a
+        steps = [(i, t) for i in members for t in range(int(ep.length[i]))]
+        keys = [int(c.obs_of[ep.states[i, t]]) for i, t in steps]
+        returns = [gamma ** (int(ep.length[i]) - 1 - t) * batch.reward[i] for i, t in steps]
+        for (i, t), a in zip(steps, step_advantages(keys, returns, normalize_std).tolist(), strict=True):
+            out.per_turn[i, t] += omega * a
     credit = Credit(f"GiGPO (gamma={gamma:g})", out.per_turn)
     credit.focus = _focus(batch, credit.per_turn, list(batch.representatives().values()))
     return credit
+
+
+def step_advantages(anchors: Sequence[Hashable], returns: Sequence[float], normalize_std: bool = False) -> FloatArray:
+    """GiGPO's step advantage ``A^S``: each step's return minus the mean return of the group's steps that
+    share its anchor state (divided by their std, ``ddof=1``, plus 1e-6 when ``normalize_std`` and more than one)."""
+    if len(anchors) != len(returns):
+        raise ValueError("one return per anchor")
+    ret = np.asarray(returns, dtype=np.float64)
+    out = np.zeros_like(ret)
+    where: dict[Hashable, list[int]] = {}
+    for j, key in enumerate(anchors):
+        where.setdefault(key, []).append(j)
+    for idx in where.values():
+        r = ret[idx]
+        centred = r - r.mean()
+        if normalize_std and len(idx) > 1:
+            centred = centred / (r.std(ddof=1) + 1e-6)
+        out[idx] = centred
+    return out
 
 
 def _focus(batch: Batch, per_turn: FloatArray, rows: list[int], width: int = 1) -> dict[int, tuple[int, int]]:

@@ -1,0 +1,112 @@
+"""The LLM-shaped benchmark's torch parts (``prover bench --only llm``): transformer cache, loss, BC start.
+
+In tests/adapters/ under a ``test_trl_`` name so that ``./scripts/test`` runs it in the TRL environment,
+which has CPU torch; elsewhere it is skipped (``pytest.importorskip``). The torch-free parts are in
+tests/test_bench_llm.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from prover_core.bench.llm import engine as E  # noqa: E402
+from prover_core.bench.llm import model as M  # noqa: E402
+from prover_core.bench.llm import tasks as T  # noqa: E402
+from prover_core.bench.llm import train as TR  # noqa: E402
+from prover_core.bench.llm.loss import aggregate, clipped_token_loss, policy_loss  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    E.threads()
+
+
+def test_cached_sampling_computes_the_same_function_as_the_full_forward() -> None:
+    p = M.init_params(1)
+    with torch.no_grad():
+        for v in p.values():
+            v.mul_(4)  # sharper logits: differences show
+    recs = [T.simulate(T.make_task(i), "expert", np.random.default_rng(i)) for i in range(3)]
+    full = [M.forward(p, torch.tensor([r.tokens]))[0].detach().double().numpy() for r in recs]
+    eng = E.Engine(p, slots=6)
+    eng.acquire()  # a busy slot below: rows between the active ones compute garbage that must not leak
+    slots = [eng.acquire() for _ in recs]
+    errors = []
+    for s, r, f in zip(slots, recs, full, strict=True):
+        n = r.obs_start[1]
+        errors.append(np.abs(eng.prefill(s, r.tokens[: n + 3]) - f[n + 2]).max())
+
+    async def walk(s: int, r: T.Record, f: np.ndarray) -> None:
+        for t in range(1, r.turns - 1):
+            a, b = r.spans[t]
+            for j in range(a, b - 1):  # action tokens one at a time
+                errors.append(np.abs(await eng.feed(s, [r.tokens[j]]) - f[j]).max())
+            nxt = r.obs_start[t + 1]  # the last action token and the next observation at once
+            errors.append(np.abs(await eng.feed(s, r.tokens[b - 1 : nxt + 3]) - f[nxt + 2]).max())
+
+    import asyncio
+
+    async def all_walks() -> None:
+        await asyncio.gather(*(walk(s, r, f) for s, r, f in zip(slots, recs, full, strict=True)))
+
+    E.run(all_walks())
+    scale = max(np.abs(f).max() for f in full)
+    assert max(errors) < 1e-5 * scale
+    assert eng.forwards < sum(len(r.tokens) for r in recs)  # requests were batched
+
+
+def test_an_episode_depends_only_on_the_weights_and_its_seed() -> None:
+    p = M.init_params(2)
+    task = T.make_task(5)
+    alone = E.run(E.episodes(E.Engine(p, 4), [task], [[7, 1]]))
+    crowd = E.run(
+        E.episodes(E.Engine(p, 16), [T.make_task(i) for i in range(6)] + [task], [[i, 0] for i in range(6)] + [[7, 1]])
+    )
+    assert alone[0].tokens == crowd[-1].tokens and alone[0].final == crowd[-1].final  # type: ignore[index]
+
+
+def test_loss_aggregation_against_hand_worked_numbers() -> None:
+    logp = torch.zeros(2, 3, requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    adv = torch.tensor([[1.0, 1.0, 5.0], [-2.0, 7.0, 7.0]])  # values off the mask must not count
+    # on-policy (ratio 1): per-token loss -A: [[-1, -1, .], [2, ., .]]
+    token_mean = policy_loss(logp, adv, mask, "token-mean")
+    assert float(token_mean.detach()) == pytest.approx((-1 - 1 + 2) / 3)  # 0
+    token_mean.backward()
+    np.testing.assert_allclose(logp.grad.numpy(), [[-1 / 3, -1 / 3, 0], [2 / 3, 0, 0]], rtol=1e-6)
+    logp.grad = None
+    seq_mean = policy_loss(logp, adv, mask, "seq-mean")
+    assert float(seq_mean.detach()) == pytest.approx(((-1 - 1) / 2 + 2 / 1) / 2)  # 0.5
+    seq_mean.backward()
+    np.testing.assert_allclose(logp.grad.numpy(), [[-1 / 4, -1 / 4, 0], [1.0, 0, 0]], rtol=1e-6)
+    # the clip, off-policy: ratio 1.5, A = +1 -> clipped at 1.2; A = -1 -> min(-1.5, -1.2) = -1.5
+    lp, old = torch.log(torch.tensor([1.5, 1.5, 0.5])), torch.zeros(3)
+    got = clipped_token_loss(lp, old, torch.tensor([1.0, -1.0, 1.0]), eps=0.2)
+    np.testing.assert_allclose(got.numpy(), [-1.2, 1.5, -0.5], rtol=1e-6)
+    assert float(aggregate(torch.ones(1, 2), torch.zeros(1, 2), "token-mean")) == 0.0
+    with pytest.raises(ValueError):
+        aggregate(torch.ones(1, 2), torch.ones(1, 2), "sum")  # type: ignore[arg-type]
+
+
+def test_turn_advantages_land_on_the_action_tokens() -> None:
+    recs = [T.simulate(T.make_task(i), "expert", np.random.default_rng(i)) for i in range(2)]
+    tokens, mask = TR.token_rows(recs)
+    per_turn = [np.arange(r.turns, dtype=float) + 1 for r in recs]
+    adv = TR.turn_advantages_to_tokens(recs, per_turn, tokens.shape[1])
+    for i, r in enumerate(recs):
+        for t, (a, b) in enumerate(r.spans):
+            assert (adv[i, a:b] == t + 1).all() and (mask[i, a:b] == 1).all()
+        assert int(mask[i].sum()) == r.action_tokens
+        assert (adv[i][mask[i] == 0] == 0).all()
+    lp = TR.token_logp(M.init_params(0), tokens).detach()  # log-probs of the realised tokens: <= 0, position 0 unused
+    assert lp.shape == tokens.shape and float(lp[:, 0].abs().sum()) == 0.0 and float(lp.max()) <= 0.0
+
+
+def test_the_behaviour_cloned_start_is_in_the_target_band() -> None:
+    """Design: 10-30% held-out success at the start (seed 0, 200 BC steps, 32 held-out tasks x 4)."""
+    params = TR.behaviour_clone(0, steps=200)
+    success = TR.evaluate(params, tasks=32, samples=4, seed=0)
+    assert 0.10 <= success <= 0.30, success
