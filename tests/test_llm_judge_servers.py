@@ -197,6 +197,46 @@ def test_an_unsupported_parameter_error_is_typed_and_not_retried(status: int, bo
     assert record.status == "skipped" and hint in record.reason and len(server.requests) == 2
 
 
+LLAMA_CONTEXT = {  # llama-server 11434's answer to a 1486-token prompt with 1024 tokens a slot (seen for real)
+    "error": {
+        "code": 400,
+        "message": "request (1486 tokens) exceeds the available context size (1024 tokens), try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 1486,
+        "n_ctx": 1024,
+    }
+}
+VLLM_CONTEXT = {  # vLLM's OpenAI server (serving_engine's length check)
+    "object": "error",
+    "message": "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens "
+    "(1844 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
+    "type": "BadRequestError",
+    "code": 400,
+}
+
+
+@pytest.mark.parametrize("body", [LLAMA_CONTEXT, VLLM_CONTEXT], ids=["llama.cpp", "vllm"])
+def test_a_prompt_longer_than_the_context_is_one_typed_error_that_says_what_to_change(body: Any) -> None:
+    with ChatServer([Reply(status=400, body=body), Reply(status=400, body=body)]) as server:
+        judge = judge_for(server, max_attempts=4)
+        with pytest.raises(JudgeError, match="answered 400") as caught:
+            run(judge)
+        assert "does not fit the model's context" in str(caught.value) and "max_trajectory_chars" in str(caught.value)
+        assert len(server.requests) == 1  # not retried: it would fail again
+        result = compute_bonus(make_group(), judge=judge, continue_from=accept_from_turn_2)
+    (record,) = result.report.groups
+    assert record.status == "skipped" and "does not fit the model's context" in record.reason
+
+
+def test_other_client_errors_carry_no_context_hint() -> None:
+    with (
+        ChatServer([Reply(status=400, body={"error": {"message": "bad request"}})]) as server,
+        pytest.raises(JudgeError, match="answered 400") as caught,
+    ):
+        run(judge_for(server, max_attempts=1))
+    assert "context" not in str(caught.value)
+
+
 def test_a_transient_500_is_still_retried() -> None:
     with ChatServer([Reply(status=500, body={"error": "CUDA out of memory"}), answer(1, 1)]) as server:
         assert isinstance(run(judge_for(server)), Proposal) and len(server.requests) == 2

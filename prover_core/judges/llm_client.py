@@ -63,6 +63,18 @@ _HINTS = (
 )
 
 
+CONTEXT_OVERFLOW = re.compile(
+    r"exceed_context_size|exceeds the available context|maximum context length|context length", re.IGNORECASE
+)
+"""A 4xx body matching this says the prompt does not fit the model's context (llama.cpp, vLLM, SGLang)."""
+
+CONTEXT_HINT = (
+    "the judge's prompt does not fit the model's context: give the server more (llama-server: -c, shared by "
+    "its -np slots; vLLM: --max-model-len; SGLang: --context-length) or send less (max_trajectory_chars, "
+    "max_failures_shown, max_field_chars, max_tokens)"
+)
+
+
 def unsupported_hint(body: str) -> str:
     """What to change in the config for an 'unsupported parameter' error body."""
     lowered = body.lower()
@@ -250,7 +262,9 @@ class ChatClient:
                 parse_retry_after(response.headers.get("Retry-After")),
             )
         if status >= 400:
-            raise JudgeError(f"chat server {self.config.endpoint} answered {status}: {self._body_excerpt(response)}")
+            excerpt = self._body_excerpt(response)
+            hint = f"; {CONTEXT_HINT}" if CONTEXT_OVERFLOW.search(response.text[:2000]) else ""
+            raise JudgeError(f"chat server {self.config.endpoint} answered {status}: {excerpt}{hint}")
         kind = response.headers.get("content-type", "?")
         try:
             body = response.json()
