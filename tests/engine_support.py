@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prover_core import Proposal, Segment, SegmentRules, Step, Trajectory, Turn
+from prover_core import (
+    BonusResult,
+    Proposal,
+    ProverConfig,
+    ReplayEnv,
+    Segment,
+    SegmentRules,
+    Step,
+    Trajectory,
+    Turn,
+    compute_bonus,
+)
 from prover_core.engine import Generation, TokenStore
 
 SYSTEM = (1, 2, 3)
@@ -96,3 +107,19 @@ class FixedJudge:
 
     def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal:
         return Proposal(segment=Segment(trajectory_id=success.id, start=self.start, end=self.end))
+
+
+def verify_key_group(
+    rows: Sequence[tuple[Trajectory, list[int], list[int]]],
+    policy: Any,
+    config: ProverConfig | None = None,
+) -> BonusResult:
+    """``compute_bonus`` over a :func:`key_group`'s trajectories: ``FixedJudge(1, 1)``, replayed
+    ``KeyEnv(horizon=4)`` states, ``policy`` continuing them, ``ProverConfig(k=4)`` by default."""
+    return compute_bonus(
+        [t for t, _, _ in rows],
+        judge=FixedJudge(1, 1),
+        env=ReplayEnv(lambda: KeyEnv(horizon=4)),
+        policy=policy,
+        config=config if config is not None else ProverConfig(k=4),
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from prover_core import ProverConfig, ReplayEnv, Segment, Trajectory, Turn, compute_bonus
+from prover_core import ProverConfig, ReplayEnv, Segment, Trajectory, Turn
 from prover_core.engine import (
     EnginePolicy,
     Generation,
@@ -23,7 +23,17 @@ from prover_core.engine import (
 from prover_core.errors import ContextLengthError, EngineError, EngineHTTPError, TokenRecordError
 from prover_core.verify import continuation_seeds, env_continuer, verify_segment
 from tests.completions_server import CompletionsServer
-from tests.engine_support import SYSTEM, FixedJudge, KeyEnv, key_group, parse, record, render, seed_model, store_of
+from tests.engine_support import (
+    SYSTEM,
+    KeyEnv,
+    key_group,
+    parse,
+    record,
+    render,
+    seed_model,
+    store_of,
+    verify_key_group,
+)
 
 EOT = 7  # the chat template's end-of-turn id (ChatML's <|im_end|>)
 CHATML = close_turn([EOT])
@@ -152,13 +162,7 @@ def test_a_mismatched_record_is_a_recorded_skip_in_compute_bonus() -> None:
             OpenAICompletionsEngine(server.url, "m", backoff_s=0.0, max_attempts=1),
             store_of(rows), render_observation=render, parse_action=parse, sampling=SamplingParams(max_tokens=2),
         )  # fmt: skip
-        result = compute_bonus(
-            [t for t, _, _ in rows],
-            judge=FixedJudge(1, 1),
-            env=ReplayEnv(lambda: KeyEnv(horizon=4)),
-            policy=policy,
-            config=ProverConfig(k=4),
-        )
+        result = verify_key_group(rows, policy)
     (group,) = result.report.groups
     assert (group.status, group.stage) == ("skipped", "verify")
     assert "TokenRecordError" in group.reason and "the rollout appended [7, 121]" in group.reason
@@ -211,13 +215,7 @@ def test_a_context_with_no_room_left_is_a_recorded_skip_with_the_reason() -> Non
     rows = key_group("g", successes=2)
     with CompletionsServer(seed_model, max_model_len=8) as server:
         policy = policy_of(server, rows, sampling=SamplingParams(max_tokens=1), max_model_len=8)
-        result = compute_bonus(
-            [t for t, _, _ in rows],
-            judge=FixedJudge(1, 1),
-            env=ReplayEnv(lambda: KeyEnv(horizon=4)),
-            policy=policy,
-            config=ProverConfig(k=4),
-        )
+        result = verify_key_group(rows, policy)
     (group,) = result.report.groups
     assert (group.status, group.stage) == ("skipped", "verify")
     assert "ContextLengthError" in group.reason and "leaves no room" in group.reason

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from prover_core import ProverConfig, ReplayEnv, compute_bonus
+from prover_core import ProverConfig
 from prover_core.engine import EnginePolicy, Generation, SamplingParams
 from prover_core.engine.schedule import PrefixGate
-from tests.engine_support import FixedJudge, KeyEnv, key_group, parse, render, store_of
+from tests.engine_support import key_group, parse, render, store_of, verify_key_group
 
 
 async def admissions(gate: PrefixGate, arrivals: Sequence[Hashable]) -> list[str]:
@@ -93,13 +93,7 @@ def run(group_prefixes: bool) -> tuple[list[int], Any]:
         engine, store_of(rows), render_observation=render, parse_action=parse, sampling=SamplingParams(max_tokens=1),
         max_concurrency=1, group_prefixes=group_prefixes,
     )  # fmt: skip
-    result = compute_bonus(
-        [t for t, _, _ in rows],
-        judge=FixedJudge(1, 1),
-        env=ReplayEnv(lambda: KeyEnv(horizon=4)),
-        policy=policy,
-        config=ProverConfig(k=4, seed=1),
-    )
+    result = verify_key_group(rows, policy, ProverConfig(k=4, seed=1))
     return engine.groups, result
 
 

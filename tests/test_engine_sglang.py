@@ -8,13 +8,13 @@ from typing import Any
 import httpx
 import pytest
 
-from prover_core import ProverConfig, ReplayEnv, compute_bonus
+from prover_core import ProverConfig
 from prover_core.engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams, SGLangEngine
 from prover_core.engine.policy import action_seed
 from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError
 from prover_core.verify import continuation_seeds
 from tests.chat_server import Reply
-from tests.engine_support import FixedJudge, KeyEnv, key_group, parse, render, store_of
+from tests.engine_support import key_group, parse, render, store_of, verify_key_group
 from tests.sglang_server import SGLangServer
 
 
@@ -148,13 +148,7 @@ def test_compute_bonus_over_sglang_credits_the_exact_delta_only_with_determinist
             engine_of(server), store_of(rows), render_observation=render, parse_action=parse,
             sampling=SamplingParams(max_tokens=1),
         )  # fmt: skip
-        result = compute_bonus(
-            [t for t, _, _ in rows],
-            judge=FixedJudge(1, 1),
-            env=ReplayEnv(lambda: KeyEnv(horizon=4)),
-            policy=policy,
-            config=config,
-        )
+        result = verify_key_group(rows, policy, config)
     (group,) = result.report.groups
     v = group.verification
     assert v is not None and (v.pre_successes, v.pre_count, v.post_successes, v.post_count) == (takes, 8, 8, 8)

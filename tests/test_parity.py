@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prover_core import ProverConfig, ReplayEnv, compute_bonus
+from prover_core import ProverConfig
 from prover_core.engine import EnginePolicy, Generation, LlamaServerEngine, ParityMonitor, SamplingParams
-from tests.engine_support import FixedJudge, KeyEnv, key_group, parse, render, store_of
+from tests.engine_support import key_group, parse, render, store_of, verify_key_group
 from tests.llama_server import LlamaServer, tiny_logits, tiny_logprobs
 
 
@@ -31,13 +31,7 @@ def run_bonus(server: LlamaServer, sampling: SamplingParams, monitor: ParityMoni
     policy = EnginePolicy(
         engine, store_of(rows), render_observation=render, parse_action=parse, sampling=sampling, parity=monitor
     )
-    return compute_bonus(
-        [t for t, _, _ in rows],
-        judge=FixedJudge(),
-        env=ReplayEnv(lambda: KeyEnv(horizon=4)),
-        policy=policy,
-        config=ProverConfig(k=4, seed=3),
-    )
+    return verify_key_group(rows, policy, ProverConfig(k=4, seed=3))
 
 
 def test_the_gap_is_zero_when_the_engine_samples_the_trained_distribution() -> None:
