@@ -206,7 +206,9 @@ LLAMA_CONTEXT = {  # llama-server 11434's answer to a 1486-token prompt with 102
         "n_ctx": 1024,
     }
 }
-VLLM_CONTEXT = {  # vLLM's OpenAI server (serving_engine's length check)
+# vLLM's OpenAI server, its older length-check text (newer versions say "... your prompt contains at least N
+# input tokens"); both hold "maximum context length", which is what the client matches
+VLLM_CONTEXT = {
     "object": "error",
     "message": "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens "
     "(1844 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
