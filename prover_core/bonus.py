@@ -29,10 +29,11 @@ when every eligible group of a call is skipped (logger ``prover_core``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +146,12 @@ def _continuer(
             raise ProtocolError(
                 f"executor must be callable as executor(trajectory, turn, seed); got {_described(executor)}"
             )
+        if config.delta_of == "choices" and not _takes_replay(executor):
+            raise ProtocolError(
+                "delta_of='choices' needs executor(trajectory, turn, seed, replay=0) (LocalExecutor and RayExecutor "
+                "take it): with replay=n the continuation takes the recorded actions of turns turn .. turn+n-1 "
+                "again while on the recorded path"
+            )
         return executor
     if continue_from is not None:
         if env is not None or policy is not None:
@@ -154,6 +161,12 @@ def _continuer(
                 f"continue_from must be callable as continue_from(trajectory, turn, seed); "
                 f"got {_described(continue_from)}"
             )
+        if config.delta_of == "choices" and not _takes_replay(continue_from):
+            raise ProtocolError(
+                "delta_of='choices' needs continue_from(trajectory, turn, seed, replay=0): with replay=n it must take "
+                "the recorded actions of turns turn .. turn+n-1 again (fresh transitions) while the run stays on the "
+                "recorded path, then let the policy act"
+            )
         return hook_continuer(continue_from, threaded)
     if env is None or policy is None:
         raise ValueError("compute_bonus needs env and policy, or continue_from")
@@ -162,6 +175,15 @@ def _continuer(
     check_protocol(acting, "policy", "act", "context", "or pass a function act(context) -> action")
     env, acting = paired(config.pairing, env, acting)
     return env_continuer(env, acting, config.max_continuation_turns, threaded)
+
+
+def _takes_replay(fn: Callable[..., object]) -> bool:
+    """Whether ``fn`` accepts a ``replay`` keyword (or any keyword)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "replay" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]:

@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--only",
         default="accuracy,training,overhead,neural",
-        help="comma-separated sections to run (llm: the LLM-shaped benchmark, on its own; needs torch)",
+        help="comma-separated sections to run (llm: the LLM-shaped benchmark, on its own; needs torch; delta: "
+        "Delta of choices against states in training, on its own)",
     )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument(
@@ -99,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--textworld-groups", type=positive_int, help="judges: groups per TextWorld game")
     bench.add_argument(
         "--held-out", action="store_true", help="judges: the held-out designs, games and seeds (seed + 7)"
+    )
+    bench.add_argument(
+        "--delta-of",
+        choices=("states", "choices"),
+        default="states",
+        help="judges: verify the state reached (the paper) or the segment's choices replayed with fresh transitions",
     )
     _add_llm_options(bench)
     return parser
@@ -179,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.batches,
             args.held_out,
             args.textworld_groups,
+            args.delta_of,
         )
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command

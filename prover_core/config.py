@@ -42,6 +42,13 @@ class ProverConfig(BaseModel):
     sampling: Literal["fixed", "adaptive"] = "fixed"
     """*library*: ``fixed`` runs K continuations per boundary (the paper); ``adaptive`` draws pairs in rounds
     and stops by the anytime-valid test of :mod:`prover_core.sequential` (its own decision rule)."""
+    delta_of: Literal["states", "choices"] = "states"
+    """What ``Delta`` measures. ``states`` (the paper): post continuations start from ``s_{r+1}``, the state the
+    recorded run reached, so ``Delta`` estimates ``V(s_{r+1}) - V(s_l)``: the segment's choices *and* the luck of
+    its recorded transitions. *library* ``choices``: post continuations restore ``s_l`` and take the segment's
+    recorded actions again with fresh transitions while the run stays on the recorded path (then the policy acts),
+    so ``Delta`` estimates what the choices added (``Q(s_l, a_l) - V(s_l)`` for one turn) and luck earns nothing.
+    Needs env and policy, LocalExecutor/RayExecutor, or a ``continue_from`` (or executor) accepting ``replay=n``."""
     adaptive_alpha: float = Field(default=0.3, gt=0.0, lt=1.0)
     """*library*: adaptive sampling credits a segment without gain with probability at most this, whatever
     the rates and the stopping (a worst-case bound; the exact rates are far lower, see docs/verification.md)."""

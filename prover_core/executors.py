@@ -91,10 +91,12 @@ def _make_continuer(
     return env_continuer(env, policy, max_turns, threaded)
 
 
-def _run_to_end(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+def _run_to_end(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
     """One continuation on a fresh event loop (in a worker thread or a Ray worker)."""
 
     async def go() -> Outcome:
+        if replay:
+            return await continuer(trajectory, turn, seed, replay=replay)
         return await continuer(trajectory, turn, seed)
 
     return asyncio.run(go())
@@ -139,13 +141,16 @@ class LocalExecutor:
             self._slots = {loop: asyncio.Semaphore(self.threads)}
         return self._slots[loop]
 
-    async def __call__(self, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        """One continuation from ``s_turn``; ``replay`` as in :func:`~prover_core.verify.run_continuation`."""
         if self._closed:
             raise UsageError("this LocalExecutor was shut down; make a new one")
         if not self.threads:
+            if replay:
+                return await self._limited(self._continuer(trajectory, turn, seed, replay=replay))
             return await self._limited(self._continuer(trajectory, turn, seed))
         async with self._slot():
-            return await self._limited(in_thread(_run_to_end, self._continuer, trajectory, turn, seed))
+            return await self._limited(in_thread(_run_to_end, self._continuer, trajectory, turn, seed, replay))
 
     async def _limited(self, call: Awaitable[Outcome]) -> Outcome:
         if self.timeout_s is None:
@@ -201,15 +206,17 @@ class _Worker:
         """``None`` when the worker is ready, else its setup error (type name, message)."""
         return self.setup_error
 
-    def run(self, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
+    def run(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> tuple[str, Any, Any]:
         """``("ok", success, turns)`` or ``(error kind, type name, message)``; errors never escape raw."""
         if self.setup_error is not None:
             return ("usage", *self.setup_error)
         if self.continuer is None:
             return ("error", "ValueError", "this worker has no environment; send snapshots")
-        return _guarded(self.continuer, trajectory, turn, seed)
+        return _guarded(self.continuer, trajectory, turn, seed, replay)
 
-    def run_snapshot(self, snapshot: bytes, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
+    def run_snapshot(
+        self, snapshot: bytes, trajectory: Trajectory, turn: int, seed: int, replay: int = 0
+    ) -> tuple[str, Any, Any]:
         """Like :meth:`run`, from a pickled episode in state ``s_turn`` (a fresh copy per call)."""
         if self.setup_error is not None:
             return ("usage", *self.setup_error)
@@ -219,12 +226,15 @@ class _Worker:
             episode = pickle.loads(snapshot)
         except Exception as exc:
             return ("restore", type(exc).__name__, f"could not unpickle the snapshot: {exc}")
-        return _guarded(env_continuer(_Restored(episode), self.policy, self.max_turns), trajectory, turn, seed)
+        restored = env_continuer(_Restored(episode), self.policy, self.max_turns)
+        return _guarded(restored, trajectory, turn, seed, replay)
 
 
-def _guarded(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int) -> tuple[str, Any, Any]:
+def _guarded(
+    continuer: Continuer, trajectory: Trajectory, turn: int, seed: int, replay: int = 0
+) -> tuple[str, Any, Any]:
     try:
-        outcome = _run_to_end(continuer, trajectory, turn, seed)
+        outcome = _run_to_end(continuer, trajectory, turn, seed, replay)
     except UsageError as exc:
         return ("usage", type(exc).__name__, str(exc))
     except InvalidOutcomeError as exc:
@@ -375,12 +385,12 @@ class RayExecutor:
                 self._refs.move_to_end(key)
             return ref
 
-    def _submit(self, slot: _Slot, trajectory: Trajectory, turn: int, seed: int) -> Any:
+    def _submit(self, slot: _Slot, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Any:
         """Send the restore state: the trajectory as a replay spec, or a pickled snapshot of ``s_turn``."""
         digest = content_key(trajectory, trajectory.num_turns - 1)  # ids may be reused across steps
         spec = self._object_ref((trajectory.id, digest) if digest else trajectory, lambda: trajectory)
         if self.snapshots is None:
-            return slot.handle.run.remote(spec, turn, seed)
+            return slot.handle.run.remote(spec, turn, seed, replay)
         snapshots = self.snapshots
 
         def pickled() -> bytes:
@@ -389,7 +399,7 @@ class RayExecutor:
 
         key = content_key(trajectory, turn)
         snap = self._object_ref(("snapshot", key) if key else (trajectory, turn), pickled)
-        return slot.handle.run_snapshot.remote(snap, spec, turn, seed)
+        return slot.handle.run_snapshot.remote(snap, spec, turn, seed, replay)
 
     async def _acquire(self) -> _Slot:
         cond = self._condition()
@@ -415,7 +425,7 @@ class RayExecutor:
         return await (waiting if timeout is None else asyncio.wait_for(waiting, timeout))
 
     async def _run(
-        self, slot: _Slot, trajectory: Trajectory, turn: int, seed: int
+        self, slot: _Slot, trajectory: Trajectory, turn: int, seed: int, replay: int = 0
     ) -> tuple[_Slot, tuple[str, Any, Any]]:
         """Run one continuation on ``slot``; returns the slot to put back (a replacement if it died)."""
         ray = _ray()
@@ -429,7 +439,7 @@ class RayExecutor:
             _raise_setup_error(setup_error)
             slot.started = True
         try:
-            result = await self._wait(self._submit(slot, trajectory, turn, seed), self.timeout_s)
+            result = await self._wait(self._submit(slot, trajectory, turn, seed, replay), self.timeout_s)
         except asyncio.TimeoutError:
             self.workers_killed += 1
             error: ContinuationError = ContinuationTimeoutError(
@@ -444,10 +454,11 @@ class RayExecutor:
             raise _Lost(slot, ContinuationError(f"Ray failed the continuation: {type(exc).__name__}: {exc}")) from None
         return slot, result
 
-    async def __call__(self, trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        """One continuation from ``s_turn`` on a worker (``replay``: :func:`~prover_core.verify.run_continuation`)."""
         slot = await self._acquire()
         try:
-            slot, (status, a, b) = await self._run(slot, trajectory, turn, seed)
+            slot, (status, a, b) = await self._run(slot, trajectory, turn, seed, replay)
         except _Lost as lost:
             slot = lost.slot
             raise lost.error from None

@@ -24,12 +24,14 @@ async code bound to another event loop) are raised, never counted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import inspect
 import json
 import pickle
 import zlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,12 +51,14 @@ from prover_core.errors import (
     UsageError,
     WorkerLostError,
 )
-from prover_core.protocols import ContinueFn, Episode, Policy, PolicyContext, RestorableEnv, policy_rng
+from prover_core.protocols import ContinueFn, Episode, Policy, PolicyContext, RestorableEnv, Step, policy_rng
 from prover_core.report import Direction, FailureKind, VerifyStats
+from prover_core.restore import observations_equal
 from prover_core.sequential import SequentialState, SequentialTest
 
-Continuer = Callable[[Trajectory, int, int], Awaitable[Outcome]]
-"""``async (trajectory, turn, seed) -> Outcome``: one continuation from state ``s_turn``."""
+Continuer = Callable[..., Awaitable[Outcome]]
+"""``async (trajectory, turn, seed) -> Outcome``: one continuation from state ``s_turn``. Under
+``delta_of="choices"`` the post continuations are called with ``replay=n`` too (see :func:`run_continuation`)."""
 
 
 def continuation_seeds(
@@ -180,10 +184,15 @@ async def run_continuation(
     seed: int,
     max_turns: int,
     threaded: bool = False,
+    replay: int = 0,
 ) -> Outcome:
     """Restore ``s_turn`` of ``trajectory`` and let ``policy`` act until the episode ends.
 
-    The policy's context is the recorded history before ``turn`` plus its own new turns.
+    The policy's context is the recorded history before ``turn`` plus its own new turns. With ``replay = n``
+    the first ``n`` turns take the recorded actions of turns ``turn .. turn+n-1`` again (fresh transitions:
+    the environment is reseeded with ``seed``) while the run stays on the recorded path, that is while each
+    observation equals the recorded one; from the first difference on, the policy acts. ``Outcome.turns``
+    counts the policy's turns only.
     Raises :class:`ContinuationLimitError` after ``max_turns`` turns without an end,
     :class:`ContinuationError` when the policy or the environment raises while acting, and
     :class:`InvalidOutcomeError` when the final step's ``success`` is not binary. With
@@ -193,19 +202,33 @@ async def run_continuation(
     history: list[Turn] = list(trajectory.turns[:turn])
     step = episode.last
     rng = policy_rng(seed)
+    replayed = 0
     for taken in range(max_turns):
         try:
-            context = PolicyContext(trajectory, tuple(history), step.observation, step.info, seed, rng, turn)
-            action = await call_user(policy.act, context, threaded=threaded)
-            history.append(Turn(observation=step.observation, action=action))
+            if taken < replay:  # on the recorded path: the recorded choice again
+                recorded = trajectory.turns[turn + taken]
+                action = recorded.action
+                history.append(recorded)
+                replayed += 1
+            else:
+                context = PolicyContext(trajectory, tuple(history), step.observation, step.info, seed, rng, turn)
+                action = await call_user(policy.act, context, threaded=threaded)
+                history.append(Turn(observation=step.observation, action=action))
             step = await call_user(episode.step, action, threaded=threaded)
         except ProverError:
             raise
         except Exception as exc:
             raise ContinuationError(f"continuation raised at its turn {taken}: {type(exc).__name__}: {exc}") from exc
         if step.done:
-            return Outcome(success=step.success, turns=taken + 1)
+            return Outcome(success=step.success, turns=taken + 1 - replayed)
+        if taken + 1 < replay and not _on_path(trajectory, turn + taken + 1, step):
+            replay = taken + 1  # a fresh transition left the recorded path: the policy acts from here
     raise ContinuationLimitError(f"continuation did not end within {max_turns} turns")
+
+
+def _on_path(trajectory: Trajectory, turn: int, step: Step) -> bool:
+    """Whether ``step`` observes what the recorded run observed before ``turn``."""
+    return observations_equal(trajectory.turns[turn].observation, step.observation)
 
 
 def env_continuer(env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool = False) -> Continuer:
@@ -216,13 +239,13 @@ def env_continuer(env: RestorableEnv, policy: Policy, max_turns: int, threaded: 
     """
     whole = threaded and not (inspect.iscoroutinefunction(env.restore) or inspect.iscoroutinefunction(policy.act))
 
-    async def go(trajectory: Trajectory, turn: int, seed: int) -> Outcome:
+    async def go(trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
         if whole:
             outcome: Outcome = await in_thread(
-                asyncio.run, run_continuation(env, policy, trajectory, turn, seed, max_turns)
+                asyncio.run, run_continuation(env, policy, trajectory, turn, seed, max_turns, replay=replay)
             )
             return outcome
-        return await run_continuation(env, policy, trajectory, turn, seed, max_turns, threaded)
+        return await run_continuation(env, policy, trajectory, turn, seed, max_turns, threaded, replay)
 
     return go
 
@@ -231,10 +254,16 @@ def hook_continuer(continue_from: ContinueFn, threaded: bool = False) -> Continu
     """A :data:`Continuer` over the user's low-level ``continue_from(trajectory, turn, seed)``.
 
     Its result must be a binary value or an :class:`Outcome`, else :class:`InvalidOutcomeError`.
+    ``replay=n`` is passed on only when it is not 0 (``delta_of="choices"``).
     """
 
-    async def go(trajectory: Trajectory, turn: int, seed: int) -> Outcome:
-        result = await call_user(continue_from, trajectory, turn, seed, threaded=threaded)
+    async def go(trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        if replay:
+            hook: Callable[..., Any] = continue_from
+            replaying = functools.partial(hook, replay=replay)
+            result = await call_user(replaying, trajectory, turn, seed, threaded=threaded)
+        else:
+            result = await call_user(continue_from, trajectory, turn, seed, threaded=threaded)
         if isinstance(result, Outcome):
             return result
         try:
@@ -273,13 +302,16 @@ class _Runner:
         self.trajectory, self.continuer, self.config, self.limit = trajectory, continuer, config, limit
         self.spent = 0
 
-    async def one(self, turn: int, seed: int) -> Result:
+    async def one(self, turn: int, seed: int, replay: int = 0) -> Result:
         if turn == self.trajectory.num_turns:  # terminal post boundary: its outcome is recorded
             return Outcome(success=self.trajectory.success)
         self.spent += 1
         async with self.limit:
             try:
-                call = self.continuer(self.trajectory, turn, seed)
+                if replay:
+                    call = self.continuer(self.trajectory, turn, seed, replay=replay)
+                else:
+                    call = self.continuer(self.trajectory, turn, seed)
                 timeout = self.config.continuation_timeout_s
                 if timeout is None:
                     return await call
@@ -297,11 +329,18 @@ class _Runner:
                     raise
                 return exc
 
-    async def pairs(self, pre_turn: int, post_turn: int, pre_seeds: list[int], post_seeds: list[int]) -> list[Result]:
-        """Pre results then post results, in seed order."""
-        return await asyncio.gather(
-            *(self.one(pre_turn, s) for s in pre_seeds), *(self.one(post_turn, s) for s in post_seeds)
-        )
+    async def pairs(self, segment: Segment, pre_seeds: list[int], post_seeds: list[int]) -> list[Result]:
+        """Pre results then post results, in seed order.
+
+        The post continuations start from ``s_{r+1}`` (``delta_of="states"``), or from ``s_l`` replaying the
+        segment's ``r - l + 1`` recorded actions (``delta_of="choices"``).
+        """
+        pre = (self.one(segment.start, s) for s in pre_seeds)
+        if self.config.delta_of == "choices":
+            post = (self.one(segment.start, s, replay=segment.num_turns) for s in post_seeds)
+        else:
+            post = (self.one(segment.end + 1, s) for s in post_seeds)
+        return await asyncio.gather(*pre, *post)
 
 
 def _tally(pre: list[Result], post: list[Result]) -> dict[str, int]:
@@ -360,7 +399,7 @@ async def verify_segment_detailed(
 async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
     config, trajectory = runner.config, runner.trajectory
     pre_seeds, post_seeds = continuation_seeds(config, trajectory)
-    results = await runner.pairs(segment.start, segment.end + 1, pre_seeds, post_seeds)
+    results = await runner.pairs(segment, pre_seeds, post_seeds)
     pre, post = results[: config.k], results[config.k :]
     counts = _tally(pre, post)
     stats = dict(
@@ -395,7 +434,7 @@ async def _adaptive(runner: _Runner, segment: Segment, direction: Direction) -> 
     incomplete: str | None = None
     while decision == "continue":
         lo, hi = state.drawn, min(state.drawn + test.round_pairs, test.max_pairs)
-        results = await runner.pairs(segment.start, segment.end + 1, pre_seeds[lo:hi], post_seeds[lo:hi])
+        results = await runner.pairs(segment, pre_seeds[lo:hi], post_seeds[lo:hi])
         rounds += 1
         new_pre, new_post = results[: hi - lo], results[hi - lo :]
         pre += new_pre

@@ -37,9 +37,9 @@ class Exploding:
 
 
 @pytest.mark.parametrize("threads", [0, 2])
-@pytest.mark.parametrize("sampling", ["fixed", "adaptive"])
-def test_local_executor_gives_the_plain_bonus(threads: int, sampling: str) -> None:
-    config = ProverConfig(sampling=sampling)  # type: ignore[arg-type]
+@pytest.mark.parametrize(("sampling", "delta_of"), [("fixed", "states"), ("adaptive", "states"), ("fixed", "choices")])
+def test_local_executor_gives_the_plain_bonus(threads: int, sampling: str, delta_of: str) -> None:
+    config = ProverConfig(sampling=sampling, delta_of=delta_of)  # type: ignore[arg-type]
     executor = LocalExecutor(make_restorable_env(), vault_policy(), threads=threads)
     try:
         same_bonus(plain(config), compute_bonus(BATCH, judge=DivergenceJudge(), executor=executor, config=config))

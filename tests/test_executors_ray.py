@@ -20,9 +20,9 @@ from tests.verify_support import BATCH, Forever, make_restorable_env, plain, sam
 ray = pytest.importorskip("ray")
 
 
-@pytest.mark.parametrize("sampling", ["fixed", "adaptive"])
-def test_ray_executor_gives_the_local_bonus(ray_cluster: None, sampling: str) -> None:
-    config = ProverConfig(sampling=sampling)  # type: ignore[arg-type]
+@pytest.mark.parametrize(("sampling", "delta_of"), [("fixed", "states"), ("adaptive", "states"), ("fixed", "choices")])
+def test_ray_executor_gives_the_local_bonus(ray_cluster: None, sampling: str, delta_of: str) -> None:
+    config = ProverConfig(sampling=sampling, delta_of=delta_of)  # type: ignore[arg-type]
     executor = RayExecutor(make_restorable_env, vault_policy, num_workers=2)
     try:
         executor.ready()
@@ -90,9 +90,10 @@ def test_ray_turn_limit_travels_back_typed(ray_cluster: None) -> None:
     assert m["continuations_failed/turn_limit"] == m["continuations"] > 0 and m["groups_accepted"] == 0
 
 
-def test_ray_pickled_snapshots_give_the_local_bonus(ray_cluster: None) -> None:
+@pytest.mark.parametrize("delta_of", ["states", "choices"])
+def test_ray_pickled_snapshots_give_the_local_bonus(ray_cluster: None, delta_of: str) -> None:
     """Restore state sent as a pickled snapshot (replayed once on the driver) instead of a replay spec."""
-    config = ProverConfig()
+    config = ProverConfig(delta_of=delta_of)  # type: ignore[arg-type]
     executor = RayExecutor(make_policy=vault_policy, snapshots=make_restorable_env(), num_workers=2)
     try:
         remote = compute_bonus(BATCH, judge=DivergenceJudge(), executor=executor, config=config)

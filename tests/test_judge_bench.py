@@ -35,7 +35,7 @@ from prover_core.bench.judge_eval import (
 )
 from prover_core.bench.luck import PitCorridor
 from prover_core.bench.suite import ITEMS
-from prover_core.bench.tabular import compile_mdp, value_table
+from prover_core.bench.tabular import Sampler, compile_mdp, value_table
 from prover_core.cli import main
 from prover_core.data import Outcome
 from tests.conftest import make_trajectory
@@ -231,6 +231,57 @@ def test_evaluate_scores_decision_value_no_effect_and_random_of_the_same_lengths
     # 2-turn admissible segments of the run: (0,1) and (1,2), both hold turn 1: expectation 1
     assert row["decision_same"] == 1.0
     assert tally.same is not None and tally.same.nominated == 1 and tally.same.turns == 2
+
+
+def test_the_credit_and_its_decision_value_are_per_verified_segment() -> None:
+    # segment (1,1): Delta = 1, accepted, decision value 1 (set by hand); segment (2,2): Delta = 0, rejected
+    case = _case([1], [True, False, False, False])
+    case.decision = {r.id: [0.0, 1.0, 0.0, 0.0] for r in case.trajectories}
+    assert {k: evaluate(case, Fixed(1, 1), ProverConfig(k=8)).row()[k] for k in ("credited", "credited_value")} == {
+        "credited": 1.0,
+        "credited_value": 1.0,
+    }
+    row = evaluate(case, Fixed(2, 2), ProverConfig(k=8)).row()
+    assert (row["credited"], row["credited_value"]) == (0.0, 0.0)
+
+
+def test_the_tabular_host_replays_the_recorded_choice_with_fresh_transitions_and_common_random_numbers() -> None:
+    # GAMBLE, uniform policy: replaying action "1" wins with probability Q = 0.3. With the same seed, the
+    # pre continuation (the policy) meets the same transition number, so the pair differs only when the
+    # policy chose "0" and the gamble lost (1/3 * 0.7) or chose "2" and it won (1/3 * 0.3): 1/3, against
+    # 0.433 * 0.7 + 0.3 * 0.567 = 0.473 for independent continuations.
+    c = compile_mdp(GAMBLE)
+    sampler = Sampler(c, np.log(np.full(3, 1 / 3)))
+    n = 20_000
+    post = np.array([sampler.replay([c.initial], [1], 1, np.random.default_rng(i))[0] for i in range(n)])
+    pre = np.array([sampler.one(c.initial, 1, np.random.default_rng(i))[0] for i in range(n)])
+    assert post.mean() == pytest.approx(0.3, abs=0.015)  # 4.6 standard errors
+    assert pre.mean() == pytest.approx(1.3 / 3, abs=0.015)
+    assert (pre != post).mean() == pytest.approx(1 / 3, abs=0.015)
+
+
+def test_the_tabular_host_hands_over_to_the_policy_off_the_recorded_path() -> None:
+    # Recorded: start -0-> A -0-> win. From start, action 0 reaches A or B (1/2 each); at A action 0 wins,
+    # at B action 1 wins (the uniform policy: 1/2). Replaying both turns: on the path (A) the recorded 0 wins,
+    # off it (B) the policy acts: 1/2 * 1 + 1/2 * 1/2 = 0.75 (replaying 0 at B regardless would give 0.5).
+    fork = TableMDP(
+        "fork",
+        {
+            0: {0: [(0.5, 1, 0.0, False), (0.5, 2, 0.0, False)], 1: [(1.0, 2, 0.0, False)]},
+            1: {0: [(1.0, 3, 1.0, True)], 1: [(1.0, 4, 0.0, True)]},
+            2: {0: [(1.0, 4, 0.0, True)], 1: [(1.0, 3, 1.0, True)]},
+        },
+        start=0,
+        horizon=2,
+        n_actions=2,
+        win=lambda reward: reward > 0,
+    )
+    c = compile_mdp(fork)
+    sampler = Sampler(c, np.zeros(c.n_params))
+    path, n = [c.initial, c.index[1]], 20_000
+    runs = [sampler.replay(path, [0, 0], 2, np.random.default_rng(i)) for i in range(n)]
+    assert np.mean([won for won, _ in runs]) == pytest.approx(0.75, abs=0.015)
+    assert {turns for _, turns in runs} == {0, 1}  # replayed turns are not policy turns; off the path one is
 
 
 def test_quick_harness_prints_one_table_of_judges_by_environments(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

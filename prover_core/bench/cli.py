@@ -17,7 +17,7 @@ def bench_command(
     """Run the benchmarks, print the Markdown report, write it (with JSON and plots) to ``out``.
 
     ``--only llm`` (the LLM-shaped benchmark, needs torch) runs on its own at ``size`` (default: ``quick``
-    with ``--quick``, else ``full``).
+    with ``--quick``, else ``full``); so does ``--only delta`` (Delta of choices against states in training).
     """
     sections = tuple(s.strip() for s in only.split(",") if s.strip())
     if "llm" in sections:
@@ -27,6 +27,13 @@ def bench_command(
         from prover_core.bench.llm.cli import llm_command
 
         return llm_command(size or ("quick" if quick else "full"), out)
+    if "delta" in sections:
+        if sections != ("delta",):
+            print("prover bench: run --only delta on its own", file=sys.stderr)
+            return 2
+        from prover_core.bench.delta_training import delta_command
+
+        return delta_command(quick, out)
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown or not sections:
         print(f"prover bench: unknown sections {unknown}; choose from {', '.join(SECTIONS)}", file=sys.stderr)

@@ -32,6 +32,7 @@ import numpy as np
 
 from prover_core.bench.batch import Batch, sample_batch
 from prover_core.bench.luck import PitCorridor
+from prover_core.bench.methods import tabular_hook
 from prover_core.bench.suite import BASE_WEIGHTS, Corridor
 from prover_core.bench.tabular import Compiled, FloatArray, Sampler, compile_mdp, logits_from_weights, value_table
 from prover_core.data import Outcome, Trajectory
@@ -390,28 +391,23 @@ def tabular_case(env: TabularEnv, groups: int, group_size: int, seed: int) -> Ca
     batch = sample_batch(c, theta, groups, group_size, rng)
     pivots_known = hasattr(mdp, "is_pivotal")
     pivotal = batch.pivotal if pivots_known else batch.mask & (decision_gap(batch) >= PIVOT_GAP)
-    sampler, ep, h = Sampler(c, theta), batch.episodes, c.horizon
     index = {batch.trajectory_id(i): i for i in range(batch.n)}
     v = batch.value_along()
-
-    def continue_from(trajectory: Trajectory, turn: int, cseed: int) -> Outcome:
-        success, turns = sampler.one(int(ep.states[index[trajectory.id], turn]), h - turn, np.random.default_rng(cseed))
-        return Outcome(success=success, turns=turns)
 
     def gain(trajectory_id: str, start: int, end: int) -> float:
         i = index[trajectory_id]
         return float(v[i, end + 1] - v[i, start])
 
     pivots = {batch.trajectory_id(i): frozenset(np.flatnonzero(pivotal[i]).tolist()) for i in range(batch.n)}
-    start_value = float(value_table(c, theta)[h, c.initial])
+    start_value = float(value_table(c, theta)[c.horizon, c.initial])
     dv = decision_values(batch)
-    decision = {batch.trajectory_id(i): dv[i, : int(ep.length[i])].tolist() for i in range(batch.n)}
+    decision = {batch.trajectory_id(i): dv[i, : int(batch.episodes.length[i])].tolist() for i in range(batch.n)}
     return Case(
         env.name,
         env.kind,
         _annotate(batch, env.nonce, np.random.default_rng([seed, 7, zlib.crc32(env.name.encode())])),
         pivots,
-        {"continue_from": continue_from},
+        {"continue_from": tabular_hook(batch, Sampler(c, theta))},
         gain,
         {"success": start_value},
         decision,

@@ -34,7 +34,7 @@ import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -81,6 +81,12 @@ class JudgeTally:
     decision_same: list[float] = field(default_factory=list)
     exact_turns: int = 0
     no_effect: int = 0
+    verified_exact: int = 0
+    """Verified segments with exact decision values (tabular)."""
+    credited: float = 0.0
+    """Sum of the observed ``Delta`` of the accepted ones among them: the credit handed out at ``lambda = 1``."""
+    credited_value: float = 0.0
+    """Sum of the exact decision value ``sum(Q - V)`` of those accepted segments: what the credit landed on."""
     lengths: dict[str, int] = field(default_factory=dict)
     """Trajectory id -> length of the nominated segment (what random of its lengths reproduces)."""
     same: JudgeTally | None = None
@@ -88,7 +94,10 @@ class JudgeTally:
 
     def add(self, other: JudgeTally) -> None:
         """Pool ``other`` into this tally (lengths are per batch and not pooled)."""
-        for attr in ("eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns"):
+        for attr in (
+            "eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns", "verified_exact",
+            "credited", "credited_value",
+        ):  # fmt: skip
             setattr(self, attr, getattr(self, attr) + getattr(other, attr))
         self.exact_turns += other.exact_turns
         self.no_effect += other.no_effect
@@ -107,6 +116,8 @@ class JudgeTally:
         return {
             "decision": _mean(self.decision),
             "decision_same": _mean(self.decision_same),
+            "credited": self.credited / self.verified_exact if self.verified_exact else nan,
+            "credited_value": self.credited_value / self.verified_exact if self.verified_exact else nan,
             "no_effect": self.no_effect / self.exact_turns if self.exact_turns else nan,
             "same_acceptance": same.get("acceptance", nan),
             "same_exact_gain": same.get("exact_gain", nan),
@@ -226,9 +237,13 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool =
             tally.gains.append(gain)
         if g.verification is not None and not g.verification.incomplete:
             tally.verified += 1
+            tally.verified_exact += value is not None
             if g.status == "accepted":
                 tally.accepted += 1
                 tally.real_accepted += gain is not None and gain > 0
+                if value is not None:
+                    tally.credited += g.verification.delta
+                    tally.credited_value += value
     if same_length:
         tally.same = evaluate(case, SameLengthRandom(tally.lengths, seed), config)
     return tally
@@ -260,6 +275,8 @@ class JudgeBenchSettings:
     """Run the held-out designs and games (:data:`HELD_OUT`, :data:`TEXTWORLD_HELD_OUT`) instead."""
     only: tuple[str, ...] = ()
     """Run only the environments of these names (all when empty)."""
+    delta_of: Literal["states", "choices"] = "states"
+    """What verification measures (:attr:`ProverConfig.delta_of`)."""
 
 
 QUICK_JUDGES = JudgeBenchSettings(groups=16, batches=2, textworld_groups=4)
@@ -372,6 +389,9 @@ class JudgeBench:
             "family",
             *[f"{j}: value (same-length) / loc (same-length) / len / no-effect / beats" for j in judges],
         ]
+        credit_rows = [
+            [kind, *("-" if j not in by else _credited(by[j]) for j in judges)] for kind, by in families.items()
+        ]
         lines = [
             markdown_table(header, rows),
             "",
@@ -380,6 +400,10 @@ class JudgeBench:
             "By family (every environment of a kind pooled):",
             "",
             markdown_table(fam_header, fam_rows),
+            "",
+            "The credit and what it landed on, per verified segment, by family:",
+            "",
+            markdown_table(["family", *[f"{j}: acc / credit / value" for j in judges]], credit_rows),
             "",
             "groups: eligible groups; loc: nominated segments holding a true pivot (in brackets: the same for "
             "random admissible segments as long as the judge's, exact expectation); chance: the same for a "
@@ -391,7 +415,10 @@ class JudgeBench:
             "admissible segments of the same lengths in the same runs, exact expectation); no-effect: share of "
             "nominated turns with |Q - V| < 0.05; same-length verified: random segments of the judge's lengths "
             "in the groups it nominated, through the same verification (acceptance, exact gain). beats: value "
-            "above the same-length value (localisation where no exact values).",
+            "above the same-length value (localisation where no exact values). The credit (tabular), per verified "
+            "segment: credit, the observed Delta of the accepted ones (the bonus at lambda = 1, 0 when rejected); "
+            "value, their exact decision value sum(Q - V) (0 when rejected): credit above value went to luck (the "
+            "recorded transitions, under delta_of='states') or to noise.",
         ]
         for j in judges:
             won, total = self.wins(j)
@@ -405,6 +432,12 @@ class JudgeBench:
             )
         lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _credited(row: Mapping[str, float]) -> str:
+    return (
+        f"{_fmt(row['acceptance'])} / {_fmt(row['credited'], signed=True)} / {_fmt(row['credited_value'], signed=True)}"
+    )
 
 
 def _judge_order(name: str) -> tuple[int, str]:
@@ -425,7 +458,7 @@ def run_judge_bench(
 ) -> JudgeBench:
     """Every judge on every environment; ``extra_judges`` (say, an LLM judge) join the offline ones."""
     began = time.perf_counter()
-    config = ProverConfig(k=settings.k, seed=settings.seed)
+    config = ProverConfig(k=settings.k, seed=settings.seed, delta_of=settings.delta_of)
     out = JudgeBench()
     tabular: tuple[TabularEnv, ...] = HELD_OUT if settings.held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
     games: tuple[TextWorldKind, ...] = TEXTWORLD_HELD_OUT if settings.held_out else TEXTWORLD
@@ -480,6 +513,7 @@ def judges_command(
     batches: int | None = None,
     held_out: bool = False,
     textworld_groups: int | None = None,
+    delta_of: Literal["states", "choices"] = "states",
 ) -> int:
     """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
     import dataclasses
@@ -495,6 +529,7 @@ def judges_command(
         held_out=held_out,
         seed=seed + (7 if held_out else 0),
         textworld_groups=base.textworld_groups if textworld_groups is None else textworld_groups,
+        delta_of=delta_of,
     )
     bench = run_judge_bench(settings, extra_judges={"llm": llm} if llm is not None else None)
     if not settings.textworld:
@@ -506,10 +541,11 @@ def judges_command(
     command += f" --seed {seed}" if seed else ""
     command += " --textworld" if textworld and quick else ""
     command += f" --textworld-groups {textworld_groups}" if textworld_groups is not None else ""
+    command += " --delta-of choices" if delta_of == "choices" else ""
     text = (
         f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
         f"{settings.group_size} per tabular environment, {settings.textworld_groups} groups per TextWorld game; "
-        f"K = {settings.k}; {bench.seconds:.1f} s\n\n{bench.markdown()}\n"
+        f"K = {settings.k}; Delta of {settings.delta_of}; {bench.seconds:.1f} s\n\n{bench.markdown()}\n"
     )
     print(text)
     folder = Path(out)

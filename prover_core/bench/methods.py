@@ -186,10 +186,29 @@ def _focus(batch: Batch, per_turn: FloatArray, rows: list[int], width: int = 1) 
     }
 
 
+def tabular_hook(batch: Batch, sampler: Sampler) -> Callable[..., Outcome]:
+    """``continue_from(trajectory, turn, seed, replay=0)`` over the batch's recorded episodes: ``sampler`` from
+    the recorded state ``s_turn``; with ``replay = n`` first the recorded actions of turns ``turn ..
+    turn+n-1`` again while on the recorded states (:meth:`Sampler.replay`, ``delta_of="choices"``)."""
+    index = {batch.trajectory_id(i): i for i in range(batch.n)}
+    ep, h = batch.episodes, batch.c.horizon
+
+    def continue_from(trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        i, rng = index[trajectory.id], np.random.default_rng(seed)
+        if replay:
+            path, acts = ep.states[i, turn : turn + replay].tolist(), ep.actions[i, turn : turn + replay].tolist()
+            success, turns = sampler.replay(path, acts, h - turn, rng)
+        else:
+            success, turns = sampler.one(int(ep.states[i, turn]), h - turn, rng)
+        return Outcome(success=success, turns=turns)
+
+    return continue_from
+
+
 def run_bonus(
     trajectories: list[Trajectory],
     judge: Judge,
-    continue_from: Callable[[Trajectory, int, int], Outcome],
+    continue_from: Callable[..., Outcome],
     config: ProverConfig,
 ) -> BonusResult:
     """:func:`run_bonus_with` continuations from ``continue_from``."""
@@ -220,13 +239,7 @@ def prover(batch: Batch, judge: Judge, sampler: Sampler, config: ProverConfig, n
     """:func:`compute_bonus` on the batch; continuations restore the recorded state and run ``sampler``."""
     trajectories = batch.trajectories()
     index = {batch.trajectory_id(i): i for i in range(batch.n)}
-    ep, h = batch.episodes, batch.c.horizon
-
-    def continue_from(trajectory: Trajectory, turn: int, seed: int) -> Outcome:
-        success, turns = sampler.one(int(ep.states[index[trajectory.id], turn]), h - turn, np.random.default_rng(seed))
-        return Outcome(success=success, turns=turns)
-
-    result = run_bonus(trajectories, judge, continue_from, config)
+    result = run_bonus(trajectories, judge, tabular_hook(batch, sampler), config)
     per_turn = np.zeros_like(batch.mask, dtype=np.float64)
     for i in range(batch.n):
         adv = result.turn_advantages(batch.trajectory_id(i))

@@ -222,17 +222,44 @@ class Sampler:
         """One continuation from ``state`` with ``turns_left`` turns: ``(success, policy turns taken)``."""
         if turns_left <= 0:
             return False, 0
-        u = rng.random(2 * turns_left).tolist()
+        return self._walk(state, rng.random(2 * turns_left).tolist(), 0, turns_left)
+
+    def _walk(self, state: int, u: list[float], start: int, turns_left: int) -> tuple[bool, int]:
+        """The policy from ``state`` at turn ``start`` of the uniforms ``u`` (``u[2t]`` picks turn ``t``'s action,
+        ``u[2t+1]`` its transition): ``(success, policy turns)``."""
         s = state
-        for t in range(turns_left):
+        for t in range(start, turns_left):
             pi = self._pi[s]
             a = min(bisect.bisect_right(pi, u[2 * t]), len(pi) - 1)
             cum, outs = self._out[s][a]
             dst, done, win = outs[min(bisect.bisect_right(cum, u[2 * t + 1]), len(cum) - 1)]
             if done:
-                return win, t + 1
+                return win, t + 1 - start
             s = dst
-        return False, turns_left
+        return False, turns_left - start
+
+    def replay(
+        self, path: list[int], actions: list[int], turns_left: int, rng: np.random.Generator
+    ) -> tuple[bool, int]:
+        """One continuation from ``path[0]`` that takes the recorded ``actions`` again with fresh transitions
+        while it stays on the recorded states ``path``, then lets the policy act: ``(success, policy turns)``.
+
+        It draws the same uniforms as :meth:`one` with the same ``rng`` and uses them the same way (a replayed
+        turn skips its action's number), so a pre continuation whose policy takes the recorded action meets the
+        same transitions: paired seeds give common random numbers.
+        """
+        if turns_left <= 0:
+            return False, 0
+        u = rng.random(2 * turns_left).tolist()
+        s = path[0]
+        for t, a in enumerate(actions[:turns_left]):
+            cum, outs = self._out[s][a]
+            s, done, win = outs[min(bisect.bisect_right(cum, u[2 * t + 1]), len(cum) - 1)]
+            if done:
+                return win, 0
+            if t + 1 < len(path) and s != path[t + 1]:
+                return self._walk(s, u, t + 1, turns_left)  # left the recorded path
+        return self._walk(s, u, min(len(actions), turns_left), turns_left)
 
     def many(self, states: IntArray, turns_left: IntArray, rng: np.random.Generator, record: bool = False) -> Episodes:
         """Episodes from each ``states[i]`` with ``turns_left[i]`` turns, simulated in lockstep."""
