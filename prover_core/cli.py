@@ -95,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-progress", action="store_true", help="no progress bars")
     bench.add_argument("what", nargs="?", choices=("judges",), help="judges: the judge harness (judges x environments)")
     bench.add_argument("--textworld", action=argparse.BooleanOptionalAction, help="judges: TextWorld games")
-    bench.add_argument("--groups", type=positive_int, help="judges: groups per tabular environment and batch")
+    bench.add_argument(
+        "--groups", type=positive_int, help="judges: groups per tabular environment and batch; delta: groups per step"
+    )
     bench.add_argument("--batches", type=positive_int, help="judges: batches per tabular environment")
     bench.add_argument("--textworld-groups", type=positive_int, help="judges: groups per TextWorld game")
     bench.add_argument(
@@ -191,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command
 
-        return bench_command(args.quick, args.out, args.only, args.seed, not args.no_progress, args.size)
+        return bench_command(args.quick, args.out, args.only, args.seed, not args.no_progress, args.size, args.groups)
     return 0
 
 

@@ -12,7 +12,13 @@ SECTIONS = ("accuracy", "training", "overhead", "neural")
 
 
 def bench_command(
-    quick: bool, out: str, only: str, seed: int = 0, show_progress: bool = True, size: str | None = None
+    quick: bool,
+    out: str,
+    only: str,
+    seed: int = 0,
+    show_progress: bool = True,
+    size: str | None = None,
+    groups: int | None = None,
 ) -> int:
     """Run the benchmarks, print the Markdown report, write it (with JSON and plots) to ``out``.
 
@@ -33,7 +39,7 @@ def bench_command(
             return 2
         from prover_core.bench.delta_training import delta_command
 
-        return delta_command(quick, out)
+        return delta_command(quick, out, groups)
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown or not sections:
         print(f"prover bench: unknown sections {unknown}; choose from {', '.join(SECTIONS)}", file=sys.stderr)

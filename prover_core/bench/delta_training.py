@@ -8,6 +8,8 @@ from the harness's own starting policy. Three arms, trained with the plain polic
 * GRPO;
 * ProVer with the default :class:`~prover_core.judges.AnchorJudge`, ``Delta`` of states (the paper);
 * the same with ``delta_of="choices"`` (the segment's actions replayed from ``s_l`` with fresh transitions);
+* ProVer with :class:`~prover_core.judges.ChoiceJudge` (one turn: the choice the failed runs at the same
+  state least often made), ``Delta`` of states (added after the first run, with the 2-groups regime);
 * GRPO with ``round(G (1 + share))`` members per group, ``share`` the states arm's measured extra policy
   turns over its rollout turns (at its best lr): budget-matched, and the regime check (if more samples per
   step do not beat GRPO, learning is not limited by gradient noise and no credit method can show much).
@@ -38,9 +40,9 @@ from prover_core.bench.progress import mean_ci
 from prover_core.bench.tabular import Sampler, compile_mdp, value_table
 from prover_core.bench.training import policy_gradient
 from prover_core.config import ProverConfig
-from prover_core.judges import AnchorJudge
+from prover_core.judges import AnchorJudge, ChoiceJudge
 
-ARMS = ("GRPO", "ProVer, Delta of states", "ProVer, Delta of choices", "GRPO, budget-matched")
+ARMS = ("GRPO", "ProVer, Delta of states", "ProVer, Delta of choices", "ProVer, choice judge", "GRPO, budget-matched")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,9 @@ class DeltaSettings:
     seeds: int = 8
     steps: int = 30
     lrs: tuple[float, ...] = (0.3, 1.0, 3.0)
-    groups: int = 8
+    groups: int = 2
+    """Groups per step. 2: with 8 (the first run) the best lr sat on the edge of the grid everywhere and more
+    samples per step did not help (docs/benchmarks.md): learning was limited by steps, not by gradient noise."""
     group_size: int = 8
     k: int = 8
     only: tuple[str, ...] = ()
@@ -101,7 +105,8 @@ def train_curve(env: TabularEnv, arm: str, lr: float, settings: DeltaSettings, g
             else:
                 delta_of = "choices" if arm.endswith("choices") else "states"
                 config = ProverConfig(k=settings.k, seed=seed * 100_003 + step, delta_of=delta_of)
-                credit = methods.prover(batch, AnchorJudge(), Sampler(c, theta), config)
+                judge = ChoiceJudge() if arm.endswith("choice judge") else AnchorJudge()
+                credit = methods.prover(batch, judge, Sampler(c, theta), config)
                 spent += credit.policy_turns
                 out.extra_turns += credit.policy_turns
             theta = theta + lr * policy_gradient(c, theta, batch, credit.per_turn)
@@ -181,9 +186,11 @@ def _diff(a: Sequence[float], b: Sequence[float]) -> str:
 
 
 def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], settings: DeltaSettings) -> str:
-    grpo, states, choices, matched = ARMS
-    columns = ["environment", "family", "start", "GRPO", "states", "choices", "matched", "choices - states"]
-    columns += ["states - GRPO", "choices - GRPO", "matched - GRPO", "extra env steps", "best lr (G / s / c / m)"]
+    grpo, states, choices, choice_judge, matched = ARMS
+    pairs = [(choices, states), (choice_judge, states), (states, grpo), (choices, grpo), (matched, grpo)]
+    names = {grpo: "GRPO", states: "states", choices: "choices", choice_judge: "choice judge", matched: "matched"}
+    columns = ["environment", "family", "start", *names.values(), *(f"{names[a]} - {names[b]}" for a, b in pairs)]
+    columns += ["extra env steps", "best lr (" + " / ".join(names.values()) + ")"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     pooled: dict[str, dict[str, list[list[float]]]] = {}
     for name, by_arm in results.items():
@@ -193,32 +200,25 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
         start = by_arm[grpo].curve.success[0][0]
         extra = np.mean(by_arm[states].curve.env_steps) / np.mean(by_arm[grpo].curve.env_steps) - 1
         lrs = " / ".join(f"{by_arm[a].lr:g}{'*' if by_arm[a].edge else ''}" for a in ARMS)
-        lines.append(
-            f"| {name} | {kinds[name]} | {start:.3f} | "
-            + " | ".join(f"{np.mean(auc[a]):.3f}" for a in ARMS)
-            + f" | {_diff(auc[choices], auc[states])} | {_diff(auc[states], auc[grpo])}"
-            f" | {_diff(auc[choices], auc[grpo])} | {_diff(auc[matched], auc[grpo])} | {100 * extra:+.0f}% | {lrs} |"
-        )
-    lines += [
-        "",
-        "| family | environments | choices - states | states - GRPO | choices - GRPO | matched - GRPO |",
-        "|---|---|---|---|---|---|",
-    ]
+        cells = [name, kinds[name], f"{start:.3f}", *(f"{np.mean(auc[a]):.3f}" for a in ARMS)]
+        cells += [_diff(auc[a], auc[b]) for a, b in pairs] + [f"{100 * extra:+.0f}%", lrs]
+        lines.append("| " + " | ".join(cells) + " |")
+    family_columns = ["family", "environments", *(f"{names[a]} - {names[b]}" for a, b in pairs)]
+    lines += ["", "| " + " | ".join(family_columns) + " |", "|" + "---|" * len(family_columns)]
     for kind, family in pooled.items():
         per_seed = {a: list(np.mean(np.array(v), axis=0)) for a, v in family.items()}
-        lines.append(
-            f"| {kind} | {len(family[grpo])} | {_diff(per_seed[choices], per_seed[states])} | "
-            f"{_diff(per_seed[states], per_seed[grpo])} | {_diff(per_seed[choices], per_seed[grpo])} | "
-            f"{_diff(per_seed[matched], per_seed[grpo])} |"
-        )
+        cells = [kind, str(len(family[grpo])), *(_diff(per_seed[a], per_seed[b]) for a, b in pairs)]
+        lines.append("| " + " | ".join(cells) + " |")
     edges = [f"{n}: {a}" for n, arms in results.items() for a, r in arms.items() if r.edge]
     lines += [
         "",
         f"Exact success V(s_0) averaged over {settings.steps} SGD steps ({settings.groups} groups x "
-        f"{settings.group_size} per step, K = {settings.k}, anchor judge), each arm at its best lr of "
+        f"{settings.group_size} per step, K = {settings.k}), each arm at its best lr of "
         f"{', '.join(f'{lr:g}' for lr in settings.lrs)} (widened 3x once at an edge); {settings.seeds} paired seeds, "
-        "95% Student-t intervals of the paired differences. matched: GRPO with ProVer's measured extra turns as "
-        "more group members. extra env steps: ProVer (states) over GRPO. "
+        "95% Student-t intervals of the paired differences. states / choices: ProVer with the anchor judge and "
+        "Delta of states (the paper) / of choices; choice judge: ProVer with ChoiceJudge, Delta of states; "
+        "matched: GRPO with ProVer's (states) measured extra turns as more group members. extra env steps: "
+        "ProVer (states) over GRPO. "
         + (
             "Best lr still on the edge of its grid (*): " + "; ".join(edges)
             if edges
@@ -228,8 +228,9 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
     return "\n".join(lines)
 
 
-def delta_command(quick: bool, out: str) -> int:
+def delta_command(quick: bool, out: str, groups: int | None = None) -> int:
     """``prover bench --only delta``: print the tables, write ``delta.md`` and ``delta.json`` to ``out``."""
+    import dataclasses
     import json
     import os
     import sys
@@ -237,11 +238,14 @@ def delta_command(quick: bool, out: str) -> int:
     from pathlib import Path
 
     settings = QUICK_DELTA if quick else DeltaSettings()
+    if groups is not None:
+        settings = dataclasses.replace(settings, groups=groups)
     began = time.perf_counter()
     workers = 1 if quick else min(2, os.cpu_count() or 1)
     results = run_delta(settings, say=lambda line: print(line, file=sys.stderr, flush=True), workers=workers)
     kinds = {e.name: e.kind for e in environments(settings.only)}
     command = "prover bench --only delta" + (" --quick" if quick else "") + f" --out {out}"
+    command += f" --groups {groups}" if groups is not None else ""
     text = (
         f"# Delta of choices against Delta of states, in training\n\nCommand: `{command}`; "
         f"{time.perf_counter() - began:.0f} s\n\n{markdown(results, kinds, settings)}\n"

@@ -86,6 +86,10 @@ class JudgeTally:
     credited: float = 0.0
     """Sum of the observed ``Delta`` of the accepted ones among them: the credit handed out at ``lambda = 1``."""
     credited_value: float = 0.0
+    credited_turns: float = 0.0
+    """Sum over accepted segments of ``Delta x turns``: the bonus mass (every turn of a segment gets ``Delta``)."""
+    credited_no_effect: float = 0.0
+    """The part of it on turns with no effect (``|Q - V| < 0.05``)."""
     """Sum of the exact decision value ``sum(Q - V)`` of those accepted segments: what the credit landed on."""
     lengths: dict[str, int] = field(default_factory=dict)
     """Trajectory id -> length of the nominated segment (what random of its lengths reproduces)."""
@@ -96,7 +100,7 @@ class JudgeTally:
         """Pool ``other`` into this tally (lengths are per batch and not pooled)."""
         for attr in (
             "eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns", "verified_exact",
-            "credited", "credited_value",
+            "credited", "credited_value", "credited_turns", "credited_no_effect",
         ):  # fmt: skip
             setattr(self, attr, getattr(self, attr) + getattr(other, attr))
         self.exact_turns += other.exact_turns
@@ -118,6 +122,7 @@ class JudgeTally:
             "decision_same": _mean(self.decision_same),
             "credited": self.credited / self.verified_exact if self.verified_exact else nan,
             "credited_value": self.credited_value / self.verified_exact if self.verified_exact else nan,
+            "credited_no_effect": self.credited_no_effect / self.credited_turns if self.credited_turns > 0 else nan,
             "no_effect": self.no_effect / self.exact_turns if self.exact_turns else nan,
             "same_acceptance": same.get("acceptance", nan),
             "same_exact_gain": same.get("exact_gain", nan),
@@ -244,6 +249,8 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool =
                 if value is not None:
                     tally.credited += g.verification.delta
                     tally.credited_value += value
+                    tally.credited_turns += g.verification.delta * seg.num_turns
+                    tally.credited_no_effect += g.verification.delta * (case.no_effect(run.id, seg.start, seg.end) or 0)
     if same_length:
         tally.same = evaluate(case, SameLengthRandom(tally.lengths, seed), config)
     return tally
@@ -403,7 +410,7 @@ class JudgeBench:
             "",
             "The credit and what it landed on, per verified segment, by family:",
             "",
-            markdown_table(["family", *[f"{j}: acc / credit / value" for j in judges]], credit_rows),
+            markdown_table(["family", *[f"{j}: acc / credit / value / on no-effect" for j in judges]], credit_rows),
             "",
             "groups: eligible groups; loc: nominated segments holding a true pivot (in brackets: the same for "
             "random admissible segments as long as the judge's, exact expectation); chance: the same for a "
@@ -418,7 +425,8 @@ class JudgeBench:
             "above the same-length value (localisation where no exact values). The credit (tabular), per verified "
             "segment: credit, the observed Delta of the accepted ones (the bonus at lambda = 1, 0 when rejected); "
             "value, their exact decision value sum(Q - V) (0 when rejected): credit above value went to luck (the "
-            "recorded transitions, under delta_of='states') or to noise.",
+            "recorded transitions, under delta_of='states') or to noise; on no-effect: the share of the bonus mass "
+            "(Delta on each turn of an accepted segment) that lands on turns with |Q - V| < 0.05.",
         ]
         for j in judges:
             won, total = self.wins(j)
@@ -437,6 +445,7 @@ class JudgeBench:
 def _credited(row: Mapping[str, float]) -> str:
     return (
         f"{_fmt(row['acceptance'])} / {_fmt(row['credited'], signed=True)} / {_fmt(row['credited_value'], signed=True)}"
+        f" / {_fmt(row['credited_no_effect'])}"
     )
 
 
