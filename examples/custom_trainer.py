@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prover_core import AnchorJudge, ProverConfig, SnapshotEnv, compute_bonus
+from prover_core import ChoiceJudge, ProverConfig, SnapshotEnv, compute_bonus
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 
@@ -21,7 +21,7 @@ def trainer_step(step: int) -> dict[str, float]:
 
     result = compute_bonus(
         episodes,
-        judge=AnchorJudge(),
+        judge=ChoiceJudge(),
         env=SnapshotEnv(lambda: MDPEnv(mdp)),  # restores any turn by replay + copy
         policy=vault_policy(),  # the *current* policy
         config=ProverConfig(k=8, lam=1.0, seed=step),

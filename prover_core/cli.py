@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--group-size", type=positive_int, default=8, help="trajectories per group (default 8)")
     demo.add_argument("-k", type=positive_int, default=8, help="continuations per boundary (default 8)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--judge", choices=("anchor", "divergence", "random"), default="anchor")
+    demo.add_argument("--judge", choices=("choice", "anchor", "divergence", "random"), default="choice")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
     _add_llm_options(demo)
     bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")

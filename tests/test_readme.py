@@ -72,7 +72,7 @@ def test_the_readme_credit_view_is_what_render_credit_prints() -> None:
 
     shown = re.search(r"prints \(abridged[^\n]*\n\n```text\n(.*?)```", README, re.S)
     assert shown, "the README's credit-view output changed: update this test with it"
-    assert 'print(render_credit(result, ["g00-5"], width=100))' in README and "run_demo(groups=4)" in README
-    printed = render_credit(run_demo(groups=4).result, ["g00-5"], width=100).splitlines()
+    assert 'print(render_credit(result, ["g02-6"], width=100))' in README and "run_demo(groups=4)" in README
+    printed = render_credit(run_demo(groups=4).result, ["g02-6"], width=100).splitlines()
     for line in shown[1].splitlines():
         assert line in printed, line

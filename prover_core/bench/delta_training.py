@@ -188,6 +188,7 @@ def _diff(a: Sequence[float], b: Sequence[float]) -> str:
 def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], settings: DeltaSettings) -> str:
     grpo, states, choices, choice_judge, matched = ARMS
     pairs = [(choices, states), (choice_judge, states), (states, grpo), (choices, grpo), (matched, grpo)]
+    pairs += [(states, matched)]
     names = {grpo: "GRPO", states: "states", choices: "choices", choice_judge: "choice judge", matched: "matched"}
     columns = ["environment", "family", "start", *names.values(), *(f"{names[a]} - {names[b]}" for a, b in pairs)]
     columns += ["extra env steps", "best lr (" + " / ".join(names.values()) + ")"]
@@ -209,7 +210,8 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
         per_seed = {a: list(np.mean(np.array(v), axis=0)) for a, v in family.items()}
         cells = [kind, str(len(family[grpo])), *(_diff(per_seed[a], per_seed[b]) for a, b in pairs)]
         lines.append("| " + " | ".join(cells) + " |")
-    edges = [f"{n}: {a}" for n, arms in results.items() for a, r in arms.items() if r.edge]
+    edges = [n for n, arms in results.items() if any(r.edge for r in arms.values())]
+    arm_edges = sum(r.edge for arms in results.values() for r in arms.values())
     lines += [
         "",
         f"Exact success V(s_0) averaged over {settings.steps} SGD steps ({settings.groups} groups x "
@@ -220,7 +222,9 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
         "matched: GRPO with ProVer's (states) measured extra turns as more group members. extra env steps: "
         "ProVer (states) over GRPO. "
         + (
-            "Best lr still on the edge of its grid (*): " + "; ".join(edges)
+            f"Best lr still on the edge of its widened grid (*) for {arm_edges} of {len(results) * len(ARMS)} "
+            f"(environment, arm) pairs, in {len(edges)} of {len(results)} environments ({'; '.join(edges)}): "
+            "there a larger step would still help, and the comparison is at the grid's best."
             if edges
             else "No best lr is on its grid's edge."
         ),

@@ -12,7 +12,7 @@ from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
 from prover_core.demo.mdp import MDPEnv, exact_success_probability
 from prover_core.demo.vault import VaultMDP, vault_policy
-from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
+from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, RandomJudge
 from prover_core.protocols import Judge
 from prover_core.record import record_episode
 from prover_core.report import Report
@@ -73,13 +73,18 @@ def run_demo(
     group_size: int = 8,
     k: int = 8,
     seed: int = 0,
-    judge: str = "anchor",
+    judge: str = "choice",
     custom_judge: Judge | None = None,
 ) -> DemoRun:
     """Roll out a batch of the vault, run compute_bonus on it; ``custom_judge`` replaces the named one."""
     mdp = VaultMDP()
     trajectories = rollout_batch(mdp, groups, group_size, seed)
-    named: dict[str, Judge] = {"anchor": AnchorJudge(), "divergence": DivergenceJudge(), "random": RandomJudge(seed)}
+    named: dict[str, Judge] = {
+        "choice": ChoiceJudge(),
+        "anchor": AnchorJudge(),
+        "divergence": DivergenceJudge(),
+        "random": RandomJudge(seed),
+    }
     if judge not in named:
         raise ValueError(f"unknown judge {judge!r}; choose from {sorted(named)}")
     chosen: Judge = custom_judge or named[judge]
