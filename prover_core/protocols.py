@@ -72,7 +72,11 @@ class PolicyContext:
     rng: np.random.Generator
     """``policy_rng(seed)``: a sampling policy should draw from it (common random numbers)."""
     boundary: int | None = None
-    """The restored turn: ``history[:boundary]`` is recorded, the rest is this continuation's own."""
+    """The turn this continuation first acts at: ``history[:boundary]`` is recorded (restored, or replayed under
+    ``delta_of="choices"``), the rest is this continuation's own."""
+    replayed: int = 0
+    """How many of those recorded turns were replayed with fresh transitions (``delta_of="choices"``); when the
+    last one left the recorded path, ``observation`` differs from the recorded one at ``boundary``."""
 
 
 POLICY_STREAM = 0x9E3779B9

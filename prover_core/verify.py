@@ -211,7 +211,9 @@ async def run_continuation(
                 history.append(recorded)
                 replayed += 1
             else:
-                context = PolicyContext(trajectory, tuple(history), step.observation, step.info, seed, rng, turn)
+                context = PolicyContext(
+                    trajectory, tuple(history), step.observation, step.info, seed, rng, turn + replayed, replayed
+                )
                 action = await call_user(policy.act, context, threaded=threaded)
                 history.append(Turn(observation=step.observation, action=action))
             step = await call_user(episode.step, action, threaded=threaded)

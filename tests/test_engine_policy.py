@@ -23,7 +23,7 @@ from prover_core.engine import (
     action_seed,
 )
 from prover_core.errors import EngineError, ProverError, TokenRecordError
-from prover_core.protocols import PolicyContext, policy_rng
+from prover_core.protocols import PolicyContext, Step, policy_rng
 from prover_core.verify import continuation_seeds, env_continuer, verify_segment
 from tests.chat_server import Reply
 from tests.completions_server import CompletionsServer
@@ -124,6 +124,54 @@ def test_pre_and_post_continuations_send_exactly_the_hand_worked_contexts() -> N
     assert all(body["max_tokens"] == 2 and body["temperature"] == 1.0 for body in server.requests)
     assert (policy.stats.calls, policy.stats.generated_tokens, policy.stats.failures) == (15, 30, 0)
     assert policy.stats.prompt_tokens == 3 * sum(map(len, pre + post))
+
+
+def test_replayed_choices_on_the_recorded_path_send_the_post_contexts_of_the_state_delta() -> None:
+    """``delta_of="choices"`` on a deterministic environment: the post continuation restores s_1, replays the
+    recorded ``take`` (no tokens generated), lands on the recorded s_2 and then sends exactly the contexts
+    and seeds the post continuation from s_2 sends."""
+    trajectory, prompt, completion = record("a", "g", WIN)
+    config = ProverConfig(k=3)
+    with CompletionsServer() as server:
+        states = verify(make_policy(server, store_of([(trajectory, prompt, completion)])), trajectory, config)
+    with CompletionsServer() as replaying:
+        policy = make_policy(replaying, store_of([(trajectory, prompt, completion)]))
+        choices = verify(policy, trajectory, config.model_copy(update={"delta_of": "choices"}))
+    assert sent(replaying) == sent(server)
+    assert (choices.pre_successes, choices.post_successes, choices.delta) == (states.pre_successes, 3, 1.0)
+    assert policy.stats.calls == 15  # the replayed take is not a call
+
+
+class SlipKeyEnv(KeyEnv):
+    """``take`` at the key turn works as recorded until reseeded, then with probability 1/2."""
+
+    rng: np.random.Generator | None = None
+
+    def reseed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def step(self, action: Any) -> Any:
+        if action == "take" and self.t == self.key_turn and self.rng is not None and self.rng.random() >= 0.5:
+            self.t += 1  # the key slipped away: (2, False) instead of the recorded (2, True)
+            return Step((self.t, self.key), done=self.t >= self.horizon, success=False)
+        return super().step(action)
+
+
+def test_replayed_choices_off_the_recorded_path_continue_from_the_new_observation() -> None:
+    """Off the path the first context is the recorded one with the recorded observation's tokens (121,
+    key held) replaced by the new one's (120, no key): what the agent would have seen."""
+    trajectory, prompt, completion = record("a", "g", WIN)
+    config = ProverConfig(k=8, delta_of="choices")
+    _, post_seeds = continuation_seeds(config, trajectory)
+    slipped = sum(np.random.default_rng(s).random() >= 0.5 for s in post_seeds)
+    with CompletionsServer() as server:
+        policy = make_policy(server, store_of([(trajectory, prompt, completion)]))
+        continuer = env_continuer(ReplayEnv(lambda: SlipKeyEnv(horizon=4)), policy, config.max_continuation_turns)
+        v = asyncio.run(verify_segment(trajectory, Segment(trajectory_id="a", start=1, end=1), continuer, config))
+    firsts = [tuple(b["prompt"]) for b in server.requests if len(b["prompt"]) == 8 and b["prompt"][6] == 51]
+    assert sorted(set(firsts)) == [(1, 2, 3, 100, 50, 110, 51, 120), (1, 2, 3, 100, 50, 110, 51, 121)]
+    assert firsts.count((1, 2, 3, 100, 50, 110, 51, 120)) == slipped and 0 < slipped < 8
+    assert v.post_successes == 8 - slipped  # the shift model never takes; only the replayed take can win
 
 
 def test_pre_and_post_share_the_seed_of_their_jth_action_and_continuations_differ() -> None:

@@ -120,13 +120,13 @@ def test_a_two_turn_segment_replays_while_on_the_recorded_path() -> None:
 
 
 class Spy:
-    """``half_half`` that records the observations it was asked to act at."""
+    """``half_half`` that records where it was asked to act: (observation, boundary, replayed turns)."""
 
     def __init__(self) -> None:
-        self.asked: list[str] = []
+        self.asked: list[tuple[str, int | None, int]] = []
 
     def act(self, context: PolicyContext) -> str:
-        self.asked.append(context.observation)
+        self.asked.append((context.observation, context.boundary, context.replayed))
         return half_half(context)
 
 
@@ -140,9 +140,9 @@ def test_the_policy_acts_from_the_first_observation_off_the_recorded_path(seed: 
     env.reseed(seed)
     first = env.step("a").observation  # the replayed choice's fresh transition
     if first == "good":  # on the path: turn 1 replayed too, the policy acts at turn 2 only
-        assert spy.asked == [env.step("go").observation]
-    else:  # off the path: the policy acts from turn 1 on
-        assert spy.asked == ["bad", env.step("go").observation]
+        assert spy.asked == [(env.step("go").observation, 2, 2)]
+    else:  # off the path: the policy acts from turn 1 on (history[:1] recorded, 1 turn replayed)
+        assert spy.asked == [("bad", 1, 1), (env.step("go").observation, 1, 1)]
     assert outcome.turns == len(spy.asked)  # replayed turns are not policy turns
 
 

@@ -34,6 +34,7 @@ from prover_core.engine.schedule import PrefixGate
 from prover_core.engine.tokens import TokenSequence, TokenStore
 from prover_core.errors import ContextLengthError, EngineError, EngineTimeoutError, TokenRecordError
 from prover_core.protocols import PolicyContext
+from prover_core.restore import observations_equal
 
 
 def action_seed(seed: int, j: int) -> int:
@@ -154,6 +155,8 @@ class EnginePolicy:
         key = (trajectory.id, b, context.seed)
         if j == 0:
             ids = self.tokens.get(trajectory.id).context_before(trajectory, b)
+            if context.replayed:
+                ids = self._off_path(trajectory, b, ids, context.observation)
         else:
             if self.check_contexts:  # before the first context the continuation builds itself
                 self._check(self.tokens.get(trajectory.id), trajectory)
@@ -163,6 +166,22 @@ class EnginePolicy:
             observation = [int(i) for i in self.render_observation(context.observation)]
             ids = previous + observation
         return key, j, ids
+
+    def _off_path(self, trajectory: Trajectory, b: int, ids: list[int], observation: Any) -> list[int]:
+        """``ids`` (the recorded tokens before turn ``b``), with the recorded observation's tokens replaced by
+        ``observation``'s when replayed actions met another transition (``delta_of="choices"``)."""
+        if b >= trajectory.num_turns:
+            raise EngineError(f"trajectory {trajectory.id!r} has no recorded turn {b} to continue from")
+        recorded = trajectory.turns[b].observation
+        if observations_equal(recorded, observation):
+            return ids
+        old = [int(i) for i in self.render_observation(recorded)]
+        if not old or ids[-len(old) :] != old:
+            raise EngineError(
+                f"cannot continue trajectory {trajectory.id!r} off its recorded path at turn {b}: the recorded "
+                "tokens do not end with render_observation of the recorded observation"
+            )
+        return ids[: -len(old)] + [int(i) for i in self.render_observation(observation)]
 
     async def act(self, context: PolicyContext) -> Any:
         key, j, ids = self.context_ids(context)
