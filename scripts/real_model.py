@@ -67,6 +67,7 @@ from prover_core.engine import (
 from prover_core.engine.parity import kl_above
 from prover_core.errors import JudgeError
 from prover_core.judges import AnchorJudge
+from prover_core.protocols import PolicyContext
 from prover_core.verify import env_continuer, verify_segment
 
 SYSTEM = "You play a text adventure. Answer with the number of one action."
@@ -478,6 +479,37 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
             truth_p_post=truth.post_rate,
             standard_errors=abs(v.delta - truth.delta) / se if se > 0 else float("nan"),
             wall_s=time.perf_counter() - t0,
+        )
+
+        # the same segment with Delta of choices: the segment's actions replayed with fresh transitions
+        off_path = [0]
+
+        class Counting:
+            """``policy``, counting first actions taken off the recorded path after a replay."""
+
+            async def act(self, context: PolicyContext) -> Any:
+                b = context.boundary
+                if context.replayed and b is not None and len(context.history) == b and b < trajectory.num_turns:
+                    off_path[0] += context.observation != trajectory.turns[b].observation
+                return await policy.act(context)
+
+        choices_config = ProverConfig(k=2 * k, seed=54321, max_concurrency=64, delta_of="choices")
+        continuer = env_continuer(ReplayEnv(MenuEnv), Counting(), choices_config.max_continuation_turns)
+        t0 = time.perf_counter()
+        choices = asyncio.run(verify_segment(trajectory, record.proposal.segment, continuer, choices_config))
+        say(
+            "(a) Delta of choices on the engine",
+            k=choices.pre_count,
+            post_count=choices.post_count,
+            delta=choices.delta,
+            state_delta_truth=truth.delta,
+            off_path_continuations=off_path[0],
+            incomplete=choices.incomplete,
+            wall_s=time.perf_counter() - t0,
+        )
+        check(
+            not choices.incomplete and choices.pre_count == choices.post_count == 2 * k,
+            "(a) delta_of='choices' verifies on the real engine (every continuation finished)",
         )
 
 
