@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--held-out", action="store_true", help="judges: the held-out designs, games and seeds (seed + 7)"
     )
+    bench.add_argument("-k", type=positive_int, help="judges: continuations per boundary (default 8)")
     bench.add_argument(
         "--delta-of",
         choices=("states", "choices"),
@@ -189,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.held_out,
             args.textworld_groups,
             args.delta_of,
+            args.k,
         )
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command

@@ -246,6 +246,9 @@ def test_the_credit_and_its_decision_value_are_per_verified_segment() -> None:
     # segment (1,2): Delta = 1 on each of its two turns, one of which (turn 2) has no effect: half the mass
     row = evaluate(case, Fixed(1, 2), ProverConfig(k=8)).row()
     assert (row["credited"], row["credited_value"], row["credited_no_effect"]) == (1.0, 1.0, 0.5)
+    # cost: 8 + 8 continuations of 3 policy turns each against the batch's 4 runs x 4 turns
+    case.continuations = {"continue_from": lambda t, turn, seed: Outcome(success=turn >= 2, turns=3)}
+    assert evaluate(case, Fixed(1, 1), ProverConfig(k=8)).row()["extra_turns"] == 48 / 16
 
 
 def test_the_tabular_host_replays_the_recorded_choice_with_fresh_transitions_and_common_random_numbers() -> None:

@@ -10,6 +10,8 @@ from the harness's own starting policy. Three arms, trained with the plain polic
 * the same with ``delta_of="choices"`` (the segment's actions replayed from ``s_l`` with fresh transitions);
 * ProVer with :class:`~prover_core.judges.ChoiceJudge` (one turn: the choice the failed runs at the same
   state least often made), ``Delta`` of states (added after the first run, with the 2-groups regime);
+* the same with ``K = 2`` (a quarter of the paper's cost) and GRPO budget-matched to it (added after the
+  second run, from the harness's cost sweep);
 * GRPO with ``round(G (1 + share))`` members per group, ``share`` the states arm's measured extra policy
   turns over its rollout turns (at its best lr): budget-matched, and the regime check (if more samples per
   step do not beat GRPO, learning is not limited by gradient noise and no credit method can show much).
@@ -42,7 +44,20 @@ from prover_core.bench.training import policy_gradient
 from prover_core.config import ProverConfig
 from prover_core.judges import AnchorJudge, ChoiceJudge
 
-ARMS = ("GRPO", "ProVer, Delta of states", "ProVer, Delta of choices", "ProVer, choice judge", "GRPO, budget-matched")
+ARMS = (
+    "GRPO",
+    "ProVer, Delta of states",
+    "ProVer, Delta of choices",
+    "ProVer, choice judge",
+    "GRPO, budget-matched",
+    "ProVer, choice judge, K=2",
+    "GRPO, budget-matched to K=2",
+)
+MATCHED = {
+    "GRPO, budget-matched": "ProVer, Delta of states",
+    "GRPO, budget-matched to K=2": "ProVer, choice judge, K=2",
+}
+"""Each budget-matched arm and the ProVer arm whose measured cost it is sized to."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +119,9 @@ def train_curve(env: TabularEnv, arm: str, lr: float, settings: DeltaSettings, g
                 credit = methods.grpo(batch)
             else:
                 delta_of = "choices" if arm.endswith("choices") else "states"
-                config = ProverConfig(k=settings.k, seed=seed * 100_003 + step, delta_of=delta_of)
-                judge = ChoiceJudge() if arm.endswith("choice judge") else AnchorJudge()
+                k = 2 if arm.endswith("K=2") else settings.k
+                config = ProverConfig(k=k, seed=seed * 100_003 + step, delta_of=delta_of)
+                judge = ChoiceJudge() if "choice judge" in arm else AnchorJudge()
                 credit = methods.prover(batch, judge, Sampler(c, theta), config)
                 spent += credit.policy_turns
                 out.extra_turns += credit.policy_turns
@@ -172,8 +188,8 @@ def run_environment(name: str, settings: DeltaSettings) -> dict[str, ArmResult]:
     by_arm: dict[str, ArmResult] = {}
     for arm in ARMS:
         size = 0
-        if arm == "GRPO, budget-matched":
-            measured = by_arm["ProVer, Delta of states"].curve
+        if arm in MATCHED:
+            measured = by_arm[MATCHED[arm]].curve
             share = measured.extra_turns / measured.rollout_turns
             size = max(settings.group_size + 1, round(settings.group_size * (1 + share)))
         by_arm[arm] = best_lr(functools.partial(_train_at, env, arm, settings, size), settings.lrs)
@@ -186,10 +202,11 @@ def _diff(a: Sequence[float], b: Sequence[float]) -> str:
 
 
 def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], settings: DeltaSettings) -> str:
-    grpo, states, choices, choice_judge, matched = ARMS
+    grpo, states, choices, choice_judge, matched, cheap, matched_cheap = ARMS
     pairs = [(choices, states), (choice_judge, states), (states, grpo), (choices, grpo), (matched, grpo)]
-    pairs += [(states, matched)]
+    pairs += [(states, matched), (cheap, grpo), (cheap, matched_cheap)]
     names = {grpo: "GRPO", states: "states", choices: "choices", choice_judge: "choice judge", matched: "matched"}
+    names |= {cheap: "choice K=2", matched_cheap: "matched K=2"}
     columns = ["environment", "family", "start", *names.values(), *(f"{names[a]} - {names[b]}" for a, b in pairs)]
     columns += ["extra env steps", "best lr (" + " / ".join(names.values()) + ")"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -219,7 +236,8 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
         f"{', '.join(f'{lr:g}' for lr in settings.lrs)} (widened 3x once at an edge); {settings.seeds} paired seeds, "
         "95% Student-t intervals of the paired differences. states / choices: ProVer with the anchor judge and "
         "Delta of states (the paper) / of choices; choice judge: ProVer with ChoiceJudge, Delta of states; "
-        "matched: GRPO with ProVer's (states) measured extra turns as more group members. extra env steps: "
+        "matched: GRPO with ProVer's (states) measured extra turns as more group members; choice K=2: the choice judge "
+        "with K = 2, and GRPO matched to its cost. extra env steps: "
         "ProVer (states) over GRPO. "
         + (
             f"Best lr still on the edge of its widened grid (*) for {arm_edges} of {len(results) * len(ARMS)} "

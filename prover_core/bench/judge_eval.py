@@ -90,6 +90,10 @@ class JudgeTally:
     """Sum over accepted segments of ``Delta x turns``: the bonus mass (every turn of a segment gets ``Delta``)."""
     credited_no_effect: float = 0.0
     """The part of it on turns with no effect (``|Q - V| < 0.05``)."""
+    policy_turns: int = 0
+    """Continuation policy turns spent by verification."""
+    rollout_turns: int = 0
+    """The batches' own turns."""
     """Sum of the exact decision value ``sum(Q - V)`` of those accepted segments: what the credit landed on."""
     lengths: dict[str, int] = field(default_factory=dict)
     """Trajectory id -> length of the nominated segment (what random of its lengths reproduces)."""
@@ -100,7 +104,7 @@ class JudgeTally:
         """Pool ``other`` into this tally (lengths are per batch and not pooled)."""
         for attr in (
             "eligible", "nominated", "hits", "verified", "accepted", "real_accepted", "turns", "verified_exact",
-            "credited", "credited_value", "credited_turns", "credited_no_effect",
+            "credited", "credited_value", "credited_turns", "credited_no_effect", "policy_turns", "rollout_turns",
         ):  # fmt: skip
             setattr(self, attr, getattr(self, attr) + getattr(other, attr))
         self.exact_turns += other.exact_turns
@@ -123,6 +127,7 @@ class JudgeTally:
             "credited": self.credited / self.verified_exact if self.verified_exact else nan,
             "credited_value": self.credited_value / self.verified_exact if self.verified_exact else nan,
             "credited_no_effect": self.credited_no_effect / self.credited_turns if self.credited_turns > 0 else nan,
+            "extra_turns": self.policy_turns / self.rollout_turns if self.rollout_turns else nan,
             "no_effect": self.no_effect / self.exact_turns if self.exact_turns else nan,
             "same_acceptance": same.get("acceptance", nan),
             "same_exact_gain": same.get("exact_gain", nan),
@@ -214,6 +219,8 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool =
     with ``same_length``, also random segments of the judge's lengths through the same verification."""
     result = run_bonus_with(case.trajectories, judge, config, **case.continuations)
     tally = JudgeTally()
+    tally.policy_turns = int(result.report.metrics(prefix="")["policy_turns"])
+    tally.rollout_turns = result.report.rollout_turns
     for g in result.report.groups:
         if g.status == "not_eligible":
             continue
@@ -410,7 +417,9 @@ class JudgeBench:
             "",
             "The credit and what it landed on, per verified segment, by family:",
             "",
-            markdown_table(["family", *[f"{j}: acc / credit / value / on no-effect" for j in judges]], credit_rows),
+            markdown_table(
+                ["family", *[f"{j}: acc / credit / value / on no-effect / extra turns" for j in judges]], credit_rows
+            ),
             "",
             "groups: eligible groups; loc: nominated segments holding a true pivot (in brackets: the same for "
             "random admissible segments as long as the judge's, exact expectation); chance: the same for a "
@@ -426,7 +435,8 @@ class JudgeBench:
             "segment: credit, the observed Delta of the accepted ones (the bonus at lambda = 1, 0 when rejected); "
             "value, their exact decision value sum(Q - V) (0 when rejected): credit above value went to luck (the "
             "recorded transitions, under delta_of='states') or to noise; on no-effect: the share of the bonus mass "
-            "(Delta on each turn of an accepted segment) that lands on turns with |Q - V| < 0.05.",
+            "(Delta on each turn of an accepted segment) that lands on turns with |Q - V| < 0.05; extra turns: "
+            "verification's policy turns over the batches' own turns (every group, eligible or not).",
         ]
         for j in judges:
             won, total = self.wins(j)
@@ -445,7 +455,7 @@ class JudgeBench:
 def _credited(row: Mapping[str, float]) -> str:
     return (
         f"{_fmt(row['acceptance'])} / {_fmt(row['credited'], signed=True)} / {_fmt(row['credited_value'], signed=True)}"
-        f" / {_fmt(row['credited_no_effect'])}"
+        f" / {_fmt(row['credited_no_effect'])} / {_fmt(100 * row['extra_turns'], digits=0)}%"
     )
 
 
@@ -523,6 +533,7 @@ def judges_command(
     held_out: bool = False,
     textworld_groups: int | None = None,
     delta_of: Literal["states", "choices"] = "states",
+    k: int | None = None,
 ) -> int:
     """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
     import dataclasses
@@ -539,6 +550,7 @@ def judges_command(
         seed=seed + (7 if held_out else 0),
         textworld_groups=base.textworld_groups if textworld_groups is None else textworld_groups,
         delta_of=delta_of,
+        k=base.k if k is None else k,
     )
     bench = run_judge_bench(settings, extra_judges={"llm": llm} if llm is not None else None)
     if not settings.textworld:
@@ -551,6 +563,7 @@ def judges_command(
     command += " --textworld" if textworld and quick else ""
     command += f" --textworld-groups {textworld_groups}" if textworld_groups is not None else ""
     command += " --delta-of choices" if delta_of == "choices" else ""
+    command += f" -k {k}" if k is not None else ""
     text = (
         f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
         f"{settings.group_size} per tabular environment, {settings.textworld_groups} groups per TextWorld game; "
