@@ -94,10 +94,8 @@ def _make_continuer(
 def _run_to_end(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
     """One continuation on a fresh event loop (in a worker thread or a Ray worker)."""
 
-    async def go() -> Outcome:
-        if replay:
-            return await continuer(trajectory, turn, seed, replay=replay)
-        return await continuer(trajectory, turn, seed)
+    async def go() -> Outcome:  # the library's own continuers (env_continuer, hook_continuer) all take replay
+        return await continuer(trajectory, turn, seed, replay=replay)
 
     return asyncio.run(go())
 
@@ -146,9 +144,7 @@ class LocalExecutor:
         if self._closed:
             raise UsageError("this LocalExecutor was shut down; make a new one")
         if not self.threads:
-            if replay:
-                return await self._limited(self._continuer(trajectory, turn, seed, replay=replay))
-            return await self._limited(self._continuer(trajectory, turn, seed))
+            return await self._limited(self._continuer(trajectory, turn, seed, replay=replay))
         async with self._slot():
             return await self._limited(in_thread(_run_to_end, self._continuer, trajectory, turn, seed, replay))
 

@@ -239,11 +239,12 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool =
             case.decision_value(run.id, seg.start, seg.end),
             matched_decision(case, run, seg.num_turns, config),
         )
+        no_effect = case.no_effect(run.id, seg.start, seg.end) or 0
         if value is not None and same_value is not None:
             tally.decision.append(value)
             tally.decision_same.append(same_value)
             tally.exact_turns += seg.num_turns
-            tally.no_effect += case.no_effect(run.id, seg.start, seg.end) or 0
+            tally.no_effect += no_effect
         gain = case.gain(g.trajectory_id, seg.start, seg.end) if case.gain is not None else None
         if gain is not None:
             tally.gains.append(gain)
@@ -254,10 +255,11 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool =
                 tally.accepted += 1
                 tally.real_accepted += gain is not None and gain > 0
                 if value is not None:
-                    tally.credited += g.verification.delta
+                    delta = g.verification.delta
+                    tally.credited += delta
                     tally.credited_value += value
-                    tally.credited_turns += g.verification.delta * seg.num_turns
-                    tally.credited_no_effect += g.verification.delta * (case.no_effect(run.id, seg.start, seg.end) or 0)
+                    tally.credited_turns += delta * seg.num_turns
+                    tally.credited_no_effect += delta * no_effect
     if same_length:
         tally.same = evaluate(case, SameLengthRandom(tally.lengths, seed), config)
     return tally

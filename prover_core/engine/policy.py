@@ -163,9 +163,13 @@ class EnginePolicy:
             seen, previous = self._contexts.get(key, (-1, []))
             if seen != j - 1:
                 raise EngineError(f"continuation {key} asked for action {j} but its context holds {seen + 1} actions")
-            observation = [int(i) for i in self.render_observation(context.observation)]
+            observation = self._rendered(context.observation)
             ids = previous + observation
         return key, j, ids
+
+    def _rendered(self, observation: Any) -> list[int]:
+        """``render_observation(observation)`` as a list of ints: the tokens the agent sees for it."""
+        return [int(i) for i in self.render_observation(observation)]
 
     def _off_path(self, trajectory: Trajectory, b: int, ids: list[int], observation: Any) -> list[int]:
         """``ids`` (the recorded tokens before turn ``b``), with the recorded observation's tokens replaced by
@@ -175,13 +179,13 @@ class EnginePolicy:
         recorded = trajectory.turns[b].observation
         if observations_equal(recorded, observation):
             return ids
-        old = [int(i) for i in self.render_observation(recorded)]
+        old = self._rendered(recorded)
         if not old or ids[-len(old) :] != old:
             raise EngineError(
                 f"cannot continue trajectory {trajectory.id!r} off its recorded path at turn {b}: the recorded "
                 "tokens do not end with render_observation of the recorded observation"
             )
-        return ids[: -len(old)] + [int(i) for i in self.render_observation(observation)]
+        return ids[: -len(old)] + self._rendered(observation)
 
     async def act(self, context: PolicyContext) -> Any:
         key, j, ids = self.context_ids(context)
