@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from prover_core.bench.batch import Batch
-from prover_core.bench.tabular import FloatArray, IntArray, Sampler
+from prover_core.bench.tabular import FloatArray, IntArray, Sampler, Trace
 from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Trajectory
@@ -186,23 +186,58 @@ def _focus(batch: Batch, per_turn: FloatArray, rows: list[int], width: int = 1) 
     }
 
 
-def tabular_hook(batch: Batch, sampler: Sampler) -> Callable[..., Outcome]:
+def tabular_hook(batch: Batch, sampler: Sampler, kept: Continuations | None = None) -> Callable[..., Outcome]:
     """``continue_from(trajectory, turn, seed, replay=0)`` over the batch's recorded episodes: ``sampler`` from
     the recorded state ``s_turn``; with ``replay = n`` first the recorded actions of turns ``turn ..
-    turn+n-1`` again while on the recorded states (:meth:`Sampler.replay`, ``delta_of="choices"``)."""
+    turn+n-1`` again while on the recorded states (:meth:`Sampler.replay`, ``delta_of="choices"``). Each
+    continuation's policy turns are kept in ``kept`` when given."""
     index = {batch.trajectory_id(i): i for i in range(batch.n)}
     ep, h = batch.episodes, batch.c.horizon
 
     def continue_from(trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
         i, rng = index[trajectory.id], np.random.default_rng(seed)
+        trace: Trace | None = [] if kept is not None else None
         if replay:
             path, acts = ep.states[i, turn : turn + replay].tolist(), ep.actions[i, turn : turn + replay].tolist()
-            success, turns = sampler.replay(path, acts, h - turn, rng)
+            success, turns = sampler.replay(path, acts, h - turn, rng, trace)
         else:
-            success, turns = sampler.one(int(ep.states[i, turn]), h - turn, rng)
+            success, turns = sampler.one(int(ep.states[i, turn]), h - turn, rng, trace)
+        if kept is not None and trace is not None:
+            kept.records.append(((trajectory.id, turn, replay), seed, success, trace))
         return Outcome(success=success, turns=turns)
 
     return continue_from
+
+
+@dataclass
+class Continuations:
+    """The continuations one :func:`prover` call ran, kept as training samples ("continuations as data").
+
+    Each is an on-policy sample from its boundary (the restored state, after any replayed turns); its policy
+    turns enter the gradient with :func:`continuation_advantages`, ``R_c`` minus the mean of the other
+    continuations from the same boundary, an unbiased baseline since it does not depend on ``c``'s actions.
+    """
+
+    records: list[tuple[tuple[str, int, int], int, bool, Trace]] = field(default_factory=list)
+    """``((trajectory id, turn, replay), seed, success, trace)`` per continuation."""
+
+    def samples(self) -> tuple[IntArray, IntArray, FloatArray, int]:
+        """``(states, actions, advantages, continuations)``: each kept policy turn, its continuation's advantage."""
+        ordered = sorted(self.records, key=lambda r: (r[0], r[1]))
+        boundary_id: dict[tuple[str, int, int], int] = {}
+        boundary = np.array([boundary_id.setdefault(r[0], len(boundary_id)) for r in ordered], dtype=np.int64)
+        adv = continuation_advantages(np.array([float(r[2]) for r in ordered]), boundary)
+        turns = [len(r[3]) for r in ordered]
+        pairs = np.array([p for r in ordered for p in r[3]], dtype=np.int64).reshape(-1, 2)
+        return pairs[:, 0], pairs[:, 1], np.repeat(adv, turns), len(ordered)
+
+
+def continuation_advantages(success: FloatArray, boundary: IntArray) -> FloatArray:
+    """``A_c = R_c - mean of the other continuations from the same boundary`` (leave-one-out; 0 if alone)."""
+    total = np.bincount(boundary, weights=success)[boundary]
+    count = np.bincount(boundary)[boundary]
+    out: FloatArray = np.where(count > 1, success - (total - success) / np.maximum(count - 1, 1), 0.0)
+    return out
 
 
 def run_bonus(
@@ -235,11 +270,19 @@ def run_bonus_with(
     return compute_bonus(trajectories, judge=judge, config=config, **continuations)
 
 
-def prover(batch: Batch, judge: Judge, sampler: Sampler, config: ProverConfig, name: str = "ProVer") -> Credit:
-    """:func:`compute_bonus` on the batch; continuations restore the recorded state and run ``sampler``."""
+def prover(
+    batch: Batch,
+    judge: Judge,
+    sampler: Sampler,
+    config: ProverConfig,
+    name: str = "ProVer",
+    kept: Continuations | None = None,
+) -> Credit:
+    """:func:`compute_bonus` on the batch; continuations restore the recorded state and run ``sampler`` (and are
+    kept in ``kept`` when given)."""
     trajectories = batch.trajectories()
     index = {batch.trajectory_id(i): i for i in range(batch.n)}
-    result = run_bonus(trajectories, judge, tabular_hook(batch, sampler), config)
+    result = run_bonus(trajectories, judge, tabular_hook(batch, sampler, kept), config)
     per_turn = np.zeros_like(batch.mask, dtype=np.float64)
     for i in range(batch.n):
         adv = result.turn_advantages(batch.trajectory_id(i))

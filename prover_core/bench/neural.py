@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 
 from prover_core.bench import family as F
 from prover_core.bench.family import Family, FloatArray, Keying
+from prover_core.bench.methods import continuation_advantages
 from prover_core.free_samples import matching_members
 
 JudgeName = Literal["rule", "oracle", "random"]
@@ -268,14 +269,6 @@ def _prover(
     boundary = plan_of * 2 + side_of
     adv = continuation_advantages(cont.success.astype(np.float64), boundary)
     return cont, np.where(cont.states >= 0, adv[:, None], 0.0)
-
-
-def continuation_advantages(success: FloatArray, boundary: NDArray[np.int64]) -> FloatArray:
-    """``A_c = R_c - mean of the other continuations from the same boundary`` (leave-one-out; 0 if alone)."""
-    total = np.bincount(boundary, weights=success)[boundary]
-    count = np.bincount(boundary)[boundary]
-    out: FloatArray = np.where(count > 1, success - (total - success) / np.maximum(count - 1, 1), 0.0)
-    return out
 
 
 def matched_group_size(group_size: int, share: float) -> int:

@@ -22,6 +22,8 @@ from prover_core.demo.mdp import FiniteMDP, TabularPolicy
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+Trace = list[tuple[int, int]]
+"""The ``(state, action)`` pairs of a continuation's policy turns (replayed turns excluded)."""
 
 
 @dataclass
@@ -218,19 +220,26 @@ class Sampler:
             for s in range(len(c.states))
         ]
 
-    def one(self, state: int, turns_left: int, rng: np.random.Generator) -> tuple[bool, int]:
-        """One continuation from ``state`` with ``turns_left`` turns: ``(success, policy turns taken)``."""
+    def one(
+        self, state: int, turns_left: int, rng: np.random.Generator, trace: Trace | None = None
+    ) -> tuple[bool, int]:
+        """One continuation from ``state`` with ``turns_left`` turns: ``(success, policy turns taken)``; the policy's
+        ``(state, action)`` pairs are appended to ``trace`` when given."""
         if turns_left <= 0:
             return False, 0
-        return self._walk(state, rng.random(2 * turns_left).tolist(), 0, turns_left)
+        return self._walk(state, rng.random(2 * turns_left).tolist(), 0, turns_left, trace)
 
-    def _walk(self, state: int, u: list[float], start: int, turns_left: int) -> tuple[bool, int]:
+    def _walk(
+        self, state: int, u: list[float], start: int, turns_left: int, trace: Trace | None = None
+    ) -> tuple[bool, int]:
         """The policy from ``state`` at turn ``start`` of the uniforms ``u`` (``u[2t]`` picks turn ``t``'s action,
-        ``u[2t+1]`` its transition): ``(success, policy turns)``."""
+        ``u[2t+1]`` its transition): ``(success, policy turns)``; its ``(state, action)`` pairs go to ``trace``."""
         s = state
         for t in range(start, turns_left):
             pi = self._pi[s]
             a = min(bisect.bisect_right(pi, u[2 * t]), len(pi) - 1)
+            if trace is not None:
+                trace.append((s, a))
             cum, outs = self._out[s][a]
             dst, done, win = outs[min(bisect.bisect_right(cum, u[2 * t + 1]), len(cum) - 1)]
             if done:
@@ -239,7 +248,7 @@ class Sampler:
         return False, turns_left - start
 
     def replay(
-        self, path: list[int], actions: list[int], turns_left: int, rng: np.random.Generator
+        self, path: list[int], actions: list[int], turns_left: int, rng: np.random.Generator, trace: Trace | None = None
     ) -> tuple[bool, int]:
         """One continuation from ``path[0]`` that takes the recorded ``actions`` again with fresh transitions
         while it stays on the recorded states ``path``, then lets the policy act: ``(success, policy turns)``.
@@ -258,8 +267,8 @@ class Sampler:
             if done:
                 return win, 0
             if t + 1 < len(path) and s != path[t + 1]:
-                return self._walk(s, u, t + 1, turns_left)  # left the recorded path
-        return self._walk(s, u, min(len(actions), turns_left), turns_left)
+                return self._walk(s, u, t + 1, turns_left, trace)  # left the recorded path
+        return self._walk(s, u, min(len(actions), turns_left), turns_left, trace)
 
     def many(self, states: IntArray, turns_left: IntArray, rng: np.random.Generator, record: bool = False) -> Episodes:
         """Episodes from each ``states[i]`` with ``turns_left[i]`` turns, simulated in lockstep."""

@@ -25,6 +25,7 @@ from prover_core.bench.suite import BASE_WEIGHTS, Corridor, by_name
 from prover_core.bench.tabular import (
     Compiled,
     FloatArray,
+    IntArray,
     Sampler,
     action_probs,
     compile_mdp,
@@ -38,16 +39,18 @@ from prover_core.judges import DivergenceJudge, RandomJudge
 def policy_gradient(c: Compiled, theta: FloatArray, batch: Batch, per_turn: FloatArray) -> FloatArray:
     """``(1/N) sum_{i,t} A_{i,t} (e_{a_t} - pi(. | o_t))`` over the taken turns, one entry per logit."""
     mask = batch.mask
-    s = batch.episodes.states[mask]
-    obs = c.obs_of[s]
-    adv = per_turn[mask]
+    return score_sum(c, theta, batch.episodes.states[mask], batch.episodes.actions[mask], per_turn[mask]) / batch.n
+
+
+def score_sum(c: Compiled, theta: FloatArray, states: IntArray, actions: IntArray, adv: FloatArray) -> FloatArray:
+    """``sum_j A_j (e_{a_j} - pi(. | o_j))`` over turns ``j`` (state, action, advantage), one entry per logit."""
+    obs = c.obs_of[states]
     grad = np.zeros(c.n_params)
-    np.add.at(grad, c.offset[obs] + batch.episodes.actions[mask], adv)
+    np.add.at(grad, c.offset[obs] + actions, adv)
     weight = np.bincount(obs, weights=adv, minlength=len(c.observations))
     block = np.repeat(np.arange(len(c.observations)), np.diff(c.offset))
     grad -= weight[block] * action_probs(c, theta)
-    out: FloatArray = grad / batch.n
-    return out
+    return grad
 
 
 @dataclass
