@@ -32,31 +32,53 @@ import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from prover_core.bench import methods
-from prover_core.bench.batch import sample_batch
+from prover_core.bench.batch import Batch, sample_batch
 from prover_core.bench.judge_cases import CORRIDORS, HELD_OUT, LUCK, NONCE, TOY_TEXT, TabularEnv
 from prover_core.bench.progress import mean_ci
-from prover_core.bench.tabular import Sampler, compile_mdp, value_table
-from prover_core.bench.training import policy_gradient
+from prover_core.bench.tabular import Compiled, FloatArray, Sampler, compile_mdp, value_table
+from prover_core.bench.training import policy_gradient, score_sum
 from prover_core.config import ProverConfig
 from prover_core.judges import AnchorJudge, ChoiceJudge
 
-ARMS = (
-    "GRPO",
-    "ProVer, Delta of states",
-    "ProVer, Delta of choices",
-    "ProVer, choice judge",
-    "GRPO, budget-matched",
-    "ProVer, choice judge, K=2",
-    "GRPO, budget-matched to K=2",
-)
-MATCHED = {
-    "GRPO, budget-matched": "ProVer, Delta of states",
-    "GRPO, budget-matched to K=2": "ProVer, choice judge, K=2",
+
+@dataclass(frozen=True)
+class Arm:
+    """How one arm credits a batch: GRPO (``judge=None``) or ProVer through :func:`methods.prover`."""
+
+    judge: Literal["anchor", "choice"] | None = None
+    k: int | None = None
+    """Continuations per boundary (``None``: the settings' K)."""
+    delta_of: Literal["states", "choices"] = "states"
+    sampling: Literal["fixed", "adaptive"] = "fixed"
+    data: bool = False
+    """Continuations as data: each continuation's policy turns join the gradient (:class:`methods.Continuations`)."""
+    matched_to: str | None = None
+    """GRPO with this ProVer arm's measured extra policy turns as more group members."""
+
+
+SPECS: dict[str, Arm] = {
+    "GRPO": Arm(),
+    "ProVer, Delta of states": Arm("anchor"),
+    "ProVer, Delta of choices": Arm("anchor", delta_of="choices"),
+    "ProVer, choice judge": Arm("choice"),
+    "GRPO, budget-matched": Arm(matched_to="ProVer, Delta of states"),
+    "ProVer, choice judge, K=2": Arm("choice", k=2),
+    "GRPO, budget-matched to K=2": Arm(matched_to="ProVer, choice judge, K=2"),
+    "ProVer, choice judge, continuations as data": Arm("choice", data=True),
+    "GRPO, budget-matched to data": Arm(matched_to="ProVer, choice judge, continuations as data"),
+    "ProVer, choice judge, K=2, continuations as data": Arm("choice", k=2, data=True),
+    "GRPO, budget-matched to K=2 data": Arm(matched_to="ProVer, choice judge, K=2, continuations as data"),
+    "ProVer, choice judge, adaptive": Arm("choice", sampling="adaptive"),
+    "GRPO, budget-matched to adaptive": Arm(matched_to="ProVer, choice judge, adaptive"),
 }
+"""Every arm in run order (a budget-matched arm after the arm it is sized to)."""
+ARMS = tuple(SPECS)
+MATCHED = {name: arm.matched_to for name, arm in SPECS.items() if arm.matched_to is not None}
 """Each budget-matched arm and the ProVer arm whose measured cost it is sized to."""
 
 
@@ -115,20 +137,34 @@ def train_curve(env: TabularEnv, arm: str, lr: float, settings: DeltaSettings, g
             batch = sample_batch(c, theta, settings.groups, group_size or settings.group_size, rng)
             spent += int(batch.episodes.length.sum())
             out.rollout_turns += int(batch.episodes.length.sum())
-            if arm.startswith("GRPO"):
+            spec, kept = SPECS[arm], None
+            if spec.judge is None:
                 credit = methods.grpo(batch)
             else:
-                delta_of = "choices" if arm.endswith("choices") else "states"
-                k = 2 if arm.endswith("K=2") else settings.k
-                config = ProverConfig(k=k, seed=seed * 100_003 + step, delta_of=delta_of)
-                judge = ChoiceJudge() if "choice judge" in arm else AnchorJudge()
-                credit = methods.prover(batch, judge, Sampler(c, theta), config)
+                k = spec.k or settings.k
+                config = ProverConfig(k=k, seed=seed * 100_003 + step, delta_of=spec.delta_of, sampling=spec.sampling)
+                judge = ChoiceJudge() if spec.judge == "choice" else AnchorJudge()
+                kept = methods.Continuations() if spec.data else None
+                credit = methods.prover(batch, judge, Sampler(c, theta), config, kept=kept)
                 spent += credit.policy_turns
                 out.extra_turns += credit.policy_turns
-            theta = theta + lr * policy_gradient(c, theta, batch, credit.per_turn)
+            theta = theta + lr * _gradient(c, theta, batch, credit.per_turn, kept)
             success.append(float(value_table(c, theta)[c.horizon, c.initial]))
         out.success.append(success)
         out.env_steps.append(spent)
+    return out
+
+
+def _gradient(
+    c: Compiled, theta: FloatArray, batch: Batch, per_turn: FloatArray, kept: methods.Continuations | None
+) -> FloatArray:
+    """The batch's policy gradient, with the kept continuations as more samples of the same weight:
+    ``(sum over the batch's turns + sum over the continuations' policy turns) / (members + continuations)``."""
+    if kept is None or not kept.records:
+        return policy_gradient(c, theta, batch, per_turn)
+    states, actions, adv, count = kept.samples()
+    grad = policy_gradient(c, theta, batch, per_turn) * batch.n + score_sum(c, theta, states, actions, adv)
+    out: FloatArray = grad / (batch.n + count)
     return out
 
 
@@ -201,35 +237,37 @@ def _diff(a: Sequence[float], b: Sequence[float]) -> str:
     return f"{mean:+.3f} ± {half:.3f}" if not math.isnan(mean) else "-"
 
 
+NAMES = {
+    "GRPO": "GRPO",
+    "ProVer, Delta of states": "states",
+    "ProVer, Delta of choices": "choices",
+    "ProVer, choice judge": "choice judge",
+    "GRPO, budget-matched": "matched",
+    "ProVer, choice judge, K=2": "choice K=2",
+    "GRPO, budget-matched to K=2": "matched K=2",
+    "ProVer, choice judge, continuations as data": "data",
+    "GRPO, budget-matched to data": "matched data",
+    "ProVer, choice judge, K=2, continuations as data": "data K=2",
+    "GRPO, budget-matched to K=2 data": "matched data K=2",
+    "ProVer, choice judge, adaptive": "adaptive",
+    "GRPO, budget-matched to adaptive": "matched adaptive",
+}
+"""Short column names."""
+CREDIT_ARMS = ARMS[:7]
+CREDIT_PAIRS = [(2, 1), (3, 1), (1, 0), (2, 0), (4, 0), (1, 4), (5, 0), (5, 6)]
+COST_ARMS = (ARMS[0], ARMS[3], ARMS[5], *ARMS[7:])
+COST_PAIRS = [(3, 4), (3, 1), (3, 0), (5, 6), (5, 2), (5, 0), (7, 8), (7, 1), (7, 0)]
+"""The two tables: credit (which Delta, which judge, K) and cost (continuations as data, adaptive K); pairs index
+the table's arms, ``(a, b)`` reads ``a - b``."""
+
+
 def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], settings: DeltaSettings) -> str:
-    grpo, states, choices, choice_judge, matched, cheap, matched_cheap = ARMS
-    pairs = [(choices, states), (choice_judge, states), (states, grpo), (choices, grpo), (matched, grpo)]
-    pairs += [(states, matched), (cheap, grpo), (cheap, matched_cheap)]
-    names = {grpo: "GRPO", states: "states", choices: "choices", choice_judge: "choice judge", matched: "matched"}
-    names |= {cheap: "choice K=2", matched_cheap: "matched K=2"}
-    columns = ["environment", "family", "start", *names.values(), *(f"{names[a]} - {names[b]}" for a, b in pairs)]
-    columns += ["extra env steps", "best lr (" + " / ".join(names.values()) + ")"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    pooled: dict[str, dict[str, list[list[float]]]] = {}
-    for name, by_arm in results.items():
-        auc = {a: r.curve.auc() for a, r in by_arm.items()}
-        for a in ARMS:
-            pooled.setdefault(kinds[name], {}).setdefault(a, []).append(auc[a])
-        start = by_arm[grpo].curve.success[0][0]
-        extra = np.mean(by_arm[states].curve.env_steps) / np.mean(by_arm[grpo].curve.env_steps) - 1
-        lrs = " / ".join(f"{by_arm[a].lr:g}{'*' if by_arm[a].edge else ''}" for a in ARMS)
-        cells = [name, kinds[name], f"{start:.3f}", *(f"{np.mean(auc[a]):.3f}" for a in ARMS)]
-        cells += [_diff(auc[a], auc[b]) for a, b in pairs] + [f"{100 * extra:+.0f}%", lrs]
-        lines.append("| " + " | ".join(cells) + " |")
-    family_columns = ["family", "environments", *(f"{names[a]} - {names[b]}" for a, b in pairs)]
-    lines += ["", "| " + " | ".join(family_columns) + " |", "|" + "---|" * len(family_columns)]
-    for kind, family in pooled.items():
-        per_seed = {a: list(np.mean(np.array(v), axis=0)) for a, v in family.items()}
-        cells = [kind, str(len(family[grpo])), *(_diff(per_seed[a], per_seed[b]) for a, b in pairs)]
-        lines.append("| " + " | ".join(cells) + " |")
+    credit = _tables(results, kinds, CREDIT_ARMS, CREDIT_PAIRS, cost_of=ARMS[1])
+    cost = _tables(results, kinds, COST_ARMS, COST_PAIRS, cost_of=None)
     edges = [n for n, arms in results.items() if any(r.edge for r in arms.values())]
     arm_edges = sum(r.edge for arms in results.values() for r in arms.values())
-    lines += [
+    lines = [
+        *credit,
         "",
         f"Exact success V(s_0) averaged over {settings.steps} SGD steps ({settings.groups} groups x "
         f"{settings.group_size} per step, K = {settings.k}), each arm at its best lr of "
@@ -238,8 +276,17 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
         "Delta of states (the paper) / of choices; choice judge: ProVer with ChoiceJudge, Delta of states; "
         "matched: GRPO with ProVer's (states) measured extra turns as more group members; choice K=2: the choice judge "
         "with K = 2, and GRPO matched to its cost. extra env steps: "
-        "ProVer (states) over GRPO. "
-        + (
+        "ProVer (states) over GRPO.",
+        "",
+        "### Cost levers: continuations as data and adaptive K",
+        "",
+        *cost,
+        "",
+        "data / data K=2: the choice judge at K = 8 / 2 with every continuation also a training sample (leave-one-out "
+        "advantage at its boundary); adaptive: the choice judge with sampling='adaptive'; each matched arm: GRPO with "
+        "that arm's measured extra turns as more group members. extra env steps: each arm over GRPO.",
+        "",
+        (
             f"Best lr still on the edge of its widened grid (*) for {arm_edges} of {len(results) * len(ARMS)} "
             f"(environment, arm) pairs, in {len(edges)} of {len(results)} environments ({'; '.join(edges)}): "
             "there a larger step would still help, and the comparison is at the grid's best."
@@ -248,6 +295,42 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
         ),
     ]
     return "\n".join(lines)
+
+
+def _tables(
+    results: dict[str, dict[str, ArmResult]],
+    kinds: dict[str, str],
+    arms: Sequence[str],
+    pairs: Sequence[tuple[int, int]],
+    cost_of: str | None,
+) -> list[str]:
+    """A per-environment table (each arm's mean, the paired differences, extra env steps, best lrs) and a
+    per-family one (paired differences of the per-seed family means)."""
+    labels = [f"{NAMES[arms[a]]} - {NAMES[arms[b]]}" for a, b in pairs]
+    costly = [cost_of] if cost_of else [a for a in arms if SPECS[a].judge is not None and a != ARMS[3]]
+    columns = ["environment", "family", "start", *(NAMES[a] for a in arms), *labels]
+    columns += [f"extra env steps ({' / '.join(NAMES[a] for a in costly)})"]
+    columns += ["best lr (" + " / ".join(NAMES[a] for a in arms) + ")"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    pooled: dict[str, dict[str, list[list[float]]]] = {}
+    for name, by_arm in results.items():
+        auc = {a: by_arm[a].curve.auc() for a in arms}
+        for a in arms:
+            pooled.setdefault(kinds[name], {}).setdefault(a, []).append(auc[a])
+        grpo_steps = np.mean(by_arm[ARMS[0]].curve.env_steps)
+        extra = " / ".join(f"{100 * (np.mean(by_arm[a].curve.env_steps) / grpo_steps - 1):+.0f}%" for a in costly)
+        lrs = " / ".join(f"{by_arm[a].lr:g}{'*' if by_arm[a].edge else ''}" for a in arms)
+        cells = [name, kinds[name], f"{by_arm[ARMS[0]].curve.success[0][0]:.3f}"]
+        cells += [f"{np.mean(auc[a]):.3f}" for a in arms]
+        cells += [_diff(auc[arms[a]], auc[arms[b]]) for a, b in pairs] + [extra, lrs]
+        lines.append("| " + " | ".join(cells) + " |")
+    family_columns = ["family", "environments", *labels]
+    lines += ["", "| " + " | ".join(family_columns) + " |", "|" + "---|" * len(family_columns)]
+    for kind, family in pooled.items():
+        per_seed = {a: list(np.mean(np.array(v), axis=0)) for a, v in family.items()}
+        cells = [kind, str(len(family[arms[0]])), *(_diff(per_seed[arms[a]], per_seed[arms[b]]) for a, b in pairs)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def delta_command(quick: bool, out: str, groups: int | None = None) -> int:
