@@ -73,6 +73,8 @@ class Summary:
     random_rate: list[float] = field(default_factory=list)
     """Per eligible group: the share of its admissible segments that hold a key command."""
     seconds: dict[str, float] = field(default_factory=dict)
+    extra_turns: dict[str, float] = field(default_factory=dict)
+    """Per judge: continuation policy turns over the batch's own (``prover/extra_turn_share``)."""
 
     def of(self, judge: str, status: str | None = None) -> list[Credited]:
         return [r for r in self.records if r.judge == judge and r.commands and (status is None or r.status == status)]
@@ -226,6 +228,7 @@ def run(
         start = time.perf_counter()
         result = compute_bonus(batch, judge=judge, env=env, policy=policy, config=config)
         summary.seconds[name] = time.perf_counter() - start
+        summary.extra_turns[name] = result.report.metrics()["prover/extra_turn_share"]
         summary.records.extend(credited(name, result))
     return summary, batch
 
@@ -255,7 +258,9 @@ def report(summary: Summary, batch: Sequence[Trajectory]) -> str:
             f"{name:>10}: {len(summary.of(name, 'accepted'))} accepted of {len(summary.of(name))} proposed; "
             f"key share accepted {summary.key_share(name, 'accepted'):.2f}, proposed {summary.key_share(name):.2f}; "
             f"hold a key command: accepted {summary.key_rate(name, 'accepted'):.2f}, "
-            f"proposed {summary.key_rate(name):.2f} ({summary.seconds.get(name, 0.0):.1f} s)"
+            f"proposed {summary.key_rate(name):.2f}; "
+            f"extra policy turns {100 * summary.extra_turns.get(name, 0.0):.0f}% of the batch's "
+            f"({summary.seconds.get(name, 0.0):.1f} s)"
         )
         lines += textwrap.wrap(text, 100, subsequent_indent=" " * 12)
     return "\n".join(lines)

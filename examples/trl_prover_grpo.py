@@ -70,4 +70,5 @@ if __name__ == "__main__":
     for log in logs:
         if "prover/groups" in log:
             keys = ("loss", "prover/groups_accepted", "prover/mean_delta_accepted", "prover/bonus_tokens")
+            keys += ("prover/extra_turn_share",)  # the cost: continuation policy turns over the rollout's
             print({k: round(float(log[k]), 4) for k in keys})

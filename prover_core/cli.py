@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="states",
         help="judges: verify the state reached (the paper) or the segment's choices replayed with fresh transitions",
     )
+    bench.add_argument(
+        "--sampling",
+        choices=("fixed", "adaptive"),
+        default="fixed",
+        help="judges: K continuations per boundary (the paper) or adaptive sampling (at most 1.5 K, stops early)",
+    )
     _add_llm_options(bench)
     return parser
 
@@ -191,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.textworld_groups,
             args.delta_of,
             args.k,
+            args.sampling,
         )
     elif args.command == "bench":
         from prover_core.bench.cli import bench_command

@@ -75,6 +75,8 @@ SPECS: dict[str, Arm] = {
     "GRPO, budget-matched to K=2 data": Arm(matched_to="ProVer, choice judge, K=2, continuations as data"),
     "ProVer, choice judge, adaptive": Arm("choice", sampling="adaptive"),
     "GRPO, budget-matched to adaptive": Arm(matched_to="ProVer, choice judge, adaptive"),
+    "ProVer, choice judge, K=4": Arm("choice", k=4),
+    "GRPO, budget-matched to K=4": Arm(matched_to="ProVer, choice judge, K=4"),
 }
 """Every arm in run order (a budget-matched arm after the arm it is sized to)."""
 ARMS = tuple(SPECS)
@@ -251,12 +253,14 @@ NAMES = {
     "GRPO, budget-matched to K=2 data": "matched data K=2",
     "ProVer, choice judge, adaptive": "adaptive",
     "GRPO, budget-matched to adaptive": "matched adaptive",
+    "ProVer, choice judge, K=4": "choice K=4",
+    "GRPO, budget-matched to K=4": "matched K=4",
 }
 """Short column names."""
 CREDIT_ARMS = ARMS[:7]
 CREDIT_PAIRS = [(2, 1), (3, 1), (1, 0), (2, 0), (4, 0), (1, 4), (5, 0), (5, 6)]
 COST_ARMS = (ARMS[0], ARMS[3], ARMS[5], *ARMS[7:])
-COST_PAIRS = [(3, 4), (3, 1), (3, 0), (5, 6), (5, 2), (5, 0), (7, 8), (7, 1), (7, 0)]
+COST_PAIRS = [(3, 4), (3, 1), (3, 0), (5, 6), (5, 2), (5, 0), (7, 8), (7, 1), (7, 0), (9, 10), (9, 1), (9, 0)]
 """The two tables: credit (which Delta, which judge, K) and cost (continuations as data, adaptive K); pairs index
 the table's arms, ``(a, b)`` reads ``a - b``."""
 
@@ -283,7 +287,8 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
         *cost,
         "",
         "data / data K=2: the choice judge at K = 8 / 2 with every continuation also a training sample (leave-one-out "
-        "advantage at its boundary); adaptive: the choice judge with sampling='adaptive'; each matched arm: GRPO with "
+        "advantage at its boundary); adaptive: the choice judge with sampling='adaptive'; choice K=4: the choice judge "
+        "at K = 4 (half the paper's, from the harness's K sweep); each matched arm: GRPO with "
         "that arm's measured extra turns as more group members. extra env steps: each arm over GRPO.",
         "",
         (

@@ -293,6 +293,8 @@ class JudgeBenchSettings:
     """Run only the environments of these names (all when empty)."""
     delta_of: Literal["states", "choices"] = "states"
     """What verification measures (:attr:`ProverConfig.delta_of`)."""
+    sampling: Literal["fixed", "adaptive"] = "fixed"
+    """Fixed K or adaptive sampling (:attr:`ProverConfig.sampling`; at most ``ceil(1.5 K)`` per boundary)."""
 
 
 QUICK_JUDGES = JudgeBenchSettings(groups=16, batches=2, textworld_groups=4)
@@ -479,7 +481,7 @@ def run_judge_bench(
 ) -> JudgeBench:
     """Every judge on every environment; ``extra_judges`` (say, an LLM judge) join the offline ones."""
     began = time.perf_counter()
-    config = ProverConfig(k=settings.k, seed=settings.seed, delta_of=settings.delta_of)
+    config = ProverConfig(k=settings.k, seed=settings.seed, delta_of=settings.delta_of, sampling=settings.sampling)
     out = JudgeBench()
     tabular: tuple[TabularEnv, ...] = HELD_OUT if settings.held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
     games: tuple[TextWorldKind, ...] = TEXTWORLD_HELD_OUT if settings.held_out else TEXTWORLD
@@ -536,6 +538,7 @@ def judges_command(
     textworld_groups: int | None = None,
     delta_of: Literal["states", "choices"] = "states",
     k: int | None = None,
+    sampling: Literal["fixed", "adaptive"] = "fixed",
 ) -> int:
     """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
     import dataclasses
@@ -553,6 +556,7 @@ def judges_command(
         textworld_groups=base.textworld_groups if textworld_groups is None else textworld_groups,
         delta_of=delta_of,
         k=base.k if k is None else k,
+        sampling=sampling,
     )
     bench = run_judge_bench(settings, extra_judges={"llm": llm} if llm is not None else None)
     if not settings.textworld:
@@ -566,10 +570,12 @@ def judges_command(
     command += f" --textworld-groups {textworld_groups}" if textworld_groups is not None else ""
     command += " --delta-of choices" if delta_of == "choices" else ""
     command += f" -k {k}" if k is not None else ""
+    command += " --sampling adaptive" if sampling == "adaptive" else ""
     text = (
         f"# prover bench judges\n\nCommand: `{command}`; {settings.batches} batch(es) of {settings.groups} groups x "
         f"{settings.group_size} per tabular environment, {settings.textworld_groups} groups per TextWorld game; "
-        f"K = {settings.k}; Delta of {settings.delta_of}; {bench.seconds:.1f} s\n\n{bench.markdown()}\n"
+        f"K = {settings.k}{' (adaptive)' if settings.sampling == 'adaptive' else ''}; Delta of {settings.delta_of}; "
+        f"{bench.seconds:.1f} s\n\n{bench.markdown()}\n"
     )
     print(text)
     folder = Path(out)

@@ -56,3 +56,6 @@ def test_accepted_segments_hold_key_commands_more_often_than_random_segments(tex
     game = summary.games[3]
     assert game.scoring and all(c in text for c in game.walkthrough)
     assert "uniformly random admissible segments" in text
+    share = summary.extra_turns["divergence"]  # the cost: continuation policy turns over the batch's own
+    assert share > 0
+    assert f"extra policy turns {100 * share:.0f}% of the batch's" in text
