@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 
@@ -332,3 +333,17 @@ def test_the_llm_judge_joins_the_table_and_its_failures_count_as_no_nomination()
         judge = LLMJudge.from_url(server.url, "test-model", max_attempts=1, max_repairs=1)
         bench = run_judge_bench(settings, {"llm": judge})
     assert all(r["llm"]["nominated"] == 0.0 for r in bench.results.values() if r["llm"]["eligible"])
+
+
+def test_the_harness_verifies_with_adaptive_sampling_when_asked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fixed, adaptive = tmp_path / "fixed", tmp_path / "adaptive"
+    common = ["bench", "judges", "--quick", "--no-textworld", "--groups", "8", "--batches", "1"]
+    assert main([*common, "--out", str(fixed)]) == 0
+    assert main([*common, "--sampling", "adaptive", "--out", str(adaptive)]) == 0
+    a, f = (json.loads((x / "judges.json").read_text()) for x in (adaptive, fixed))
+    assert (a["settings"]["sampling"], f["settings"]["sampling"]) == ("adaptive", "fixed")
+    assert "--sampling adaptive" in (adaptive / "judges.md").read_text()
+    assert "K = 8 (adaptive)" in (adaptive / "judges.md").read_text()
+    # adaptive sampling stops early where the answer is clear: fewer continuation turns over the same batches
+    spent = {name: sum(r["choice"]["extra_turns"] for r in x["results"].values()) for name, x in (("a", a), ("f", f))}
+    assert 0 < spent["a"] < spent["f"]
