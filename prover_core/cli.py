@@ -74,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the whole loop on the embedded vault environment")
     demo.add_argument("--groups", type=positive_int, default=16, help="groups in the batch (default 16)")
     demo.add_argument("--group-size", type=positive_int, default=8, help="trajectories per group (default 8)")
-    demo.add_argument("-k", type=positive_int, default=8, help="continuations per boundary (default 8)")
+    demo.add_argument(
+        "-k", type=positive_int, default=4, help="continuations per boundary (default 4, the library's; the paper's 8)"
+    )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--judge", choices=("choice", "anchor", "divergence", "random"), default="choice")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")

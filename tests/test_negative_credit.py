@@ -59,7 +59,7 @@ def test_off_by_default() -> None:
 
 def test_debit_by_hand() -> None:
     judge = Recording()
-    cfg = ProverConfig(negative_credit=True, negative_lam=0.5)
+    cfg = ProverConfig(k=8, negative_credit=True, negative_lam=0.5)
     result = compute_bonus(batch(), judge=judge, continue_from=hook, config=cfg)
     assert judge.calls == [("f", ["s0", "s1", "s2"])]  # the failed run is segmented against the successes
     (record,) = result.report.groups

@@ -155,7 +155,7 @@ def test_non_binary_continue_from_results_are_counted_invalid_never_successes(re
     g = result.report.groups[0]
     assert g.status == "skipped" and "invalid outcome" in g.reason and no_bonus(result)
     m = result.report.metrics(prefix="")
-    assert m["continuations_failed/invalid_outcome"] == m["continuations"] == 16
+    assert m["continuations_failed/invalid_outcome"] == m["continuations"] == 2 * ProverConfig().k
 
 
 @pytest.mark.parametrize(
@@ -170,7 +170,7 @@ def test_outcome_validates_like_the_batch(fields: dict[str, Any]) -> None:
         continue_from=lambda t, turn, s: Outcome(**fields),
     )
     assert result.report.groups[0].status == "skipped" and no_bonus(result)
-    assert result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == 16
+    assert result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == 2 * ProverConfig().k
     assert result.report.metrics(prefix="")["policy_turns"] == 0  # never a negative cost
 
 
@@ -191,7 +191,7 @@ def test_non_binary_step_success_at_the_end_of_a_continuation_is_invalid(success
     )
     g = result.report.groups[0]
     assert g.status == "skipped" and "invalid outcome" in g.reason and no_bonus(result)
-    assert result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == 16
+    assert result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == 2 * ProverConfig().k
 
 
 # --- time limits ------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from prover_core.sequential import (
 from prover_core.verify import hook_continuer, sequential_test
 from tests.verify_support import BATCH, SEG, bernoulli, make_restorable_env, run_many
 
-ADAPTIVE = ProverConfig(sampling="adaptive")
+ADAPTIVE = ProverConfig(k=8, sampling="adaptive")  # the K its figures (docs/verification.md) were measured at
 TEST = sequential_test(ADAPTIVE)
 FIXED_SPEND = 2 * ADAPTIVE.k
 
@@ -170,7 +170,9 @@ def test_every_continuation_failing_is_incomplete_even_when_failures_are_allowed
 
 def test_cost_bookkeeping_in_the_report() -> None:
     """Continuations and policy turns per step, as shares of the rollout, and the saving against fixed K."""
-    fixed = compute_bonus(BATCH, judge=DivergenceJudge(), env=make_restorable_env(), policy=vault_policy())
+    fixed = compute_bonus(
+        BATCH, judge=DivergenceJudge(), env=make_restorable_env(), policy=vault_policy(), config=ProverConfig(k=8)
+    )
     adaptive = compute_bonus(
         BATCH, judge=DivergenceJudge(), env=make_restorable_env(), policy=vault_policy(), config=ADAPTIVE
     )

@@ -71,7 +71,7 @@ class DemoRun:
 def run_demo(
     groups: int = 16,
     group_size: int = 8,
-    k: int = 8,
+    k: int = 4,
     seed: int = 0,
     judge: str = "choice",
     custom_judge: Judge | None = None,
