@@ -24,7 +24,7 @@ def trainer_step(step: int) -> dict[str, float]:
         judge=ChoiceJudge(),
         env=SnapshotEnv(lambda: MDPEnv(mdp)),  # restores any turn by replay + copy
         policy=vault_policy(),  # the *current* policy
-        config=ProverConfig(k=8, lam=1.0, seed=step),
+        config=ProverConfig(k=4, lam=1.0, seed=step),  # k=4: the library default (the paper: 8)
     )
     # (B, T) advantages for the loss: GRPO + bonus on action tokens, 0 on environment tokens.
     advantages = np.stack([result.token_advantages(t.id, max_len) for t in episodes])

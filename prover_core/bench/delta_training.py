@@ -14,7 +14,10 @@ from the harness's own starting policy. Three arms, trained with the plain polic
   second run, from the harness's cost sweep);
 * GRPO with ``round(G (1 + share))`` members per group, ``share`` the states arm's measured extra policy
   turns over its rollout turns (at its best lr): budget-matched, and the regime check (if more samples per
-  step do not beat GRPO, learning is not limited by gradient noise and no credit method can show much).
+  step do not beat GRPO, learning is not limited by gradient noise and no credit method can show much);
+* the cost levers (added after the third run, design in the docs before their run), all with the choice judge:
+  continuations as training data (:class:`methods.Continuations`) at K = 8 and K = 2, adaptive sampling, and
+  K = 4, each with GRPO budget-matched to its own measured cost (:data:`SPECS`).
 
 The two ProVer arms spend the same continuations (about the same policy turns), so their difference needs
 no budget matching. Each arm gets its best lr of a grid per environment (by the mean exact success over

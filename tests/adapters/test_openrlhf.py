@@ -187,7 +187,7 @@ def prover_maker(estimator: str, store: LocalRecordStore, **setup: Any) -> Prove
     setup.setdefault(
         "continue_from", CountingContinuations({SEGMENT[0]: PRE_SUCCESSES, SEGMENT[1] + 1: POST_SUCCESSES})
     )
-    setup.setdefault("config", ProverConfig(lam=LAM))
+    setup.setdefault("config", ProverConfig(k=8, lam=LAM))
     return ProverExperienceMaker(*maker_args(estimator), prover=ProverSetup(store=store, **setup))
 
 
@@ -351,7 +351,7 @@ def setup_from_env(maker: Any) -> ProverSetup:
     return ProverSetup(
         judge=FixedJudge(),
         continue_from=CountingContinuations({0: PRE_SUCCESSES, 2: POST_SUCCESSES}),
-        config=ProverConfig(lam=LAM),
+        config=ProverConfig(k=8, lam=LAM),
         store=ENV_STORE,
     )
 
@@ -454,7 +454,7 @@ def test_recorded_rollout_restores_and_credits_the_key_turn() -> None:
         judge=DivergenceJudge(),
         env=AgentInstanceEnv(KeyDoor),
         policy=OpenDoorPolicy(),
-        config=ProverConfig(),
+        config=ProverConfig(k=8),
         store=store,
     )
     maker = ProverExperienceMaker(*maker_args("dr_grpo"), prover=setup)

@@ -96,7 +96,7 @@ def make_setup(maker: Any) -> ProverSetup:
         judge=DivergenceJudge(),
         env=AgentInstanceEnv(stand_in.KeyDoor),
         policy=engine_mod.engine_policy(maker),
-        config=ProverConfig(lam=LAM),
+        config=ProverConfig(k=8, lam=LAM),
     )
 
 

@@ -56,7 +56,7 @@ def make_setup(maker: Any) -> ProverSetup:
     return ProverSetup(
         judge=t.FixedJudge(),
         continue_from=t.CountingContinuations({0: t.PRE_SUCCESSES, 2: t.POST_SUCCESSES}),
-        config=t.ProverConfig(lam=t.LAM),
+        config=t.ProverConfig(k=8, lam=t.LAM),
     )  # store: the default RayRecordStore, shared with the driver
 
 

@@ -119,7 +119,7 @@ def maker_with_engine(engine: Any, store: LocalRecordStore) -> ProverExperienceM
         judge=DivergenceJudge(),
         env=AgentInstanceEnv(stand_in.KeyDoor),
         policy=engine_policy(maker, engines=[engine]),
-        config=ProverConfig(lam=LAM),
+        config=ProverConfig(k=8, lam=LAM),
         store=store,
     )
     return maker
