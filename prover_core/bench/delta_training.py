@@ -53,6 +53,8 @@ from prover_core.judges import AnchorJudge, ChoiceJudge
 class Arm:
     """How one arm credits a batch: GRPO (``judge=None``) or ProVer through :func:`methods.prover`."""
 
+    short: str
+    """The arm's column name in the tables."""
     judge: Literal["anchor", "choice"] | None = None
     k: int | None = None
     """Continuations per boundary (``None``: the settings' K)."""
@@ -65,21 +67,23 @@ class Arm:
 
 
 SPECS: dict[str, Arm] = {
-    "GRPO": Arm(),
-    "ProVer, Delta of states": Arm("anchor"),
-    "ProVer, Delta of choices": Arm("anchor", delta_of="choices"),
-    "ProVer, choice judge": Arm("choice"),
-    "GRPO, budget-matched": Arm(matched_to="ProVer, Delta of states"),
-    "ProVer, choice judge, K=2": Arm("choice", k=2),
-    "GRPO, budget-matched to K=2": Arm(matched_to="ProVer, choice judge, K=2"),
-    "ProVer, choice judge, continuations as data": Arm("choice", data=True),
-    "GRPO, budget-matched to data": Arm(matched_to="ProVer, choice judge, continuations as data"),
-    "ProVer, choice judge, K=2, continuations as data": Arm("choice", k=2, data=True),
-    "GRPO, budget-matched to K=2 data": Arm(matched_to="ProVer, choice judge, K=2, continuations as data"),
-    "ProVer, choice judge, adaptive": Arm("choice", sampling="adaptive"),
-    "GRPO, budget-matched to adaptive": Arm(matched_to="ProVer, choice judge, adaptive"),
-    "ProVer, choice judge, K=4": Arm("choice", k=4),
-    "GRPO, budget-matched to K=4": Arm(matched_to="ProVer, choice judge, K=4"),
+    "GRPO": Arm("GRPO"),
+    "ProVer, Delta of states": Arm("states", "anchor"),
+    "ProVer, Delta of choices": Arm("choices", "anchor", delta_of="choices"),
+    "ProVer, choice judge": Arm("choice judge", "choice"),
+    "GRPO, budget-matched": Arm("matched", matched_to="ProVer, Delta of states"),
+    "ProVer, choice judge, K=2": Arm("choice K=2", "choice", k=2),
+    "GRPO, budget-matched to K=2": Arm("matched K=2", matched_to="ProVer, choice judge, K=2"),
+    "ProVer, choice judge, continuations as data": Arm("data", "choice", data=True),
+    "GRPO, budget-matched to data": Arm("matched data", matched_to="ProVer, choice judge, continuations as data"),
+    "ProVer, choice judge, K=2, continuations as data": Arm("data K=2", "choice", k=2, data=True),
+    "GRPO, budget-matched to K=2 data": Arm(
+        "matched data K=2", matched_to="ProVer, choice judge, K=2, continuations as data"
+    ),
+    "ProVer, choice judge, adaptive": Arm("adaptive", "choice", sampling="adaptive"),
+    "GRPO, budget-matched to adaptive": Arm("matched adaptive", matched_to="ProVer, choice judge, adaptive"),
+    "ProVer, choice judge, K=4": Arm("choice K=4", "choice", k=4),
+    "GRPO, budget-matched to K=4": Arm("matched K=4", matched_to="ProVer, choice judge, K=4"),
 }
 """Every arm in run order (a budget-matched arm after the arm it is sized to)."""
 ARMS = tuple(SPECS)
@@ -132,6 +136,7 @@ def train_curve(env: TabularEnv, arm: str, lr: float, settings: DeltaSettings, g
     after every step."""
     c = compile_mdp(env.make())
     start = env.policy(c)
+    spec = SPECS[arm]
     out = Curve()
     for seed in range(settings.seeds):
         theta = start.copy()
@@ -142,7 +147,7 @@ def train_curve(env: TabularEnv, arm: str, lr: float, settings: DeltaSettings, g
             batch = sample_batch(c, theta, settings.groups, group_size or settings.group_size, rng)
             spent += int(batch.episodes.length.sum())
             out.rollout_turns += int(batch.episodes.length.sum())
-            spec, kept = SPECS[arm], None
+            kept = None
             if spec.judge is None:
                 credit = methods.grpo(batch)
             else:
@@ -242,35 +247,63 @@ def _diff(a: Sequence[float], b: Sequence[float]) -> str:
     return f"{mean:+.3f} ± {half:.3f}" if not math.isnan(mean) else "-"
 
 
-NAMES = {
-    "GRPO": "GRPO",
-    "ProVer, Delta of states": "states",
-    "ProVer, Delta of choices": "choices",
-    "ProVer, choice judge": "choice judge",
-    "GRPO, budget-matched": "matched",
-    "ProVer, choice judge, K=2": "choice K=2",
-    "GRPO, budget-matched to K=2": "matched K=2",
-    "ProVer, choice judge, continuations as data": "data",
-    "GRPO, budget-matched to data": "matched data",
-    "ProVer, choice judge, K=2, continuations as data": "data K=2",
-    "GRPO, budget-matched to K=2 data": "matched data K=2",
-    "ProVer, choice judge, adaptive": "adaptive",
-    "GRPO, budget-matched to adaptive": "matched adaptive",
-    "ProVer, choice judge, K=4": "choice K=4",
-    "GRPO, budget-matched to K=4": "matched K=4",
-}
-"""Short column names."""
-CREDIT_ARMS = ARMS[:7]
-CREDIT_PAIRS = [(2, 1), (3, 1), (1, 0), (2, 0), (4, 0), (1, 4), (5, 0), (5, 6)]
-COST_ARMS = (ARMS[0], ARMS[3], ARMS[5], *ARMS[7:])
-COST_PAIRS = [(3, 4), (3, 1), (3, 0), (5, 6), (5, 2), (5, 0), (7, 8), (7, 1), (7, 0), (9, 10), (9, 1), (9, 0)]
-"""The two tables: credit (which Delta, which judge, K) and cost (continuations as data, adaptive K); pairs index
-the table's arms, ``(a, b)`` reads ``a - b``."""
+@dataclass(frozen=True)
+class Table:
+    """One pair of tables (per environment, per family): its arms, the paired differences ``(a, b)`` read
+    ``a - b``, and the arms whose extra environment steps over GRPO it shows; arms by their short names."""
+
+    arms: tuple[str, ...]
+    pairs: tuple[tuple[str, str], ...]
+    costly: tuple[str, ...]
+
+
+_BY_SHORT = {spec.short: name for name, spec in SPECS.items()}
+CREDIT = Table(
+    ("GRPO", "states", "choices", "choice judge", "matched", "choice K=2", "matched K=2"),
+    (
+        ("choices", "states"),
+        ("choice judge", "states"),
+        ("states", "GRPO"),
+        ("choices", "GRPO"),
+        ("matched", "GRPO"),
+        ("states", "matched"),
+        ("choice K=2", "GRPO"),
+        ("choice K=2", "matched K=2"),
+    ),
+    ("states",),
+)
+"""Which Delta, which judge, K = 2."""
+COST = Table(
+    (
+        "GRPO",
+        "choice judge",
+        "choice K=2",
+        "data",
+        "matched data",
+        "data K=2",
+        "matched data K=2",
+        "adaptive",
+        "matched adaptive",
+        "choice K=4",
+        "matched K=4",
+    ),
+    tuple(
+        (arm, other)
+        for arm, matched, plain in (
+            ("data", "matched data", "choice judge"),
+            ("data K=2", "matched data K=2", "choice K=2"),
+            ("adaptive", "matched adaptive", "choice judge"),
+            ("choice K=4", "matched K=4", "choice judge"),
+        )
+        for other in (matched, plain, "GRPO")
+    ),
+    ("choice K=2", "data", "data K=2", "adaptive", "choice K=4"),
+)
+"""The cost levers: each against GRPO matched to its cost, the same arm without the lever, and GRPO."""
 
 
 def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], settings: DeltaSettings) -> str:
-    credit = _tables(results, kinds, CREDIT_ARMS, CREDIT_PAIRS, cost_of=ARMS[1])
-    cost = _tables(results, kinds, COST_ARMS, COST_PAIRS, cost_of=None)
+    credit, cost = _tables(results, kinds, CREDIT), _tables(results, kinds, COST)
     edges = [n for n, arms in results.items() if any(r.edge for r in arms.values())]
     arm_edges = sum(r.edge for arms in results.values() for r in arms.values())
     lines = [
@@ -305,20 +338,15 @@ def markdown(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], se
     return "\n".join(lines)
 
 
-def _tables(
-    results: dict[str, dict[str, ArmResult]],
-    kinds: dict[str, str],
-    arms: Sequence[str],
-    pairs: Sequence[tuple[int, int]],
-    cost_of: str | None,
-) -> list[str]:
+def _tables(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], table: Table) -> list[str]:
     """A per-environment table (each arm's mean, the paired differences, extra env steps, best lrs) and a
     per-family one (paired differences of the per-seed family means)."""
-    labels = [f"{NAMES[arms[a]]} - {NAMES[arms[b]]}" for a, b in pairs]
-    costly = [cost_of] if cost_of else [a for a in arms if SPECS[a].judge is not None and a != ARMS[3]]
-    columns = ["environment", "family", "start", *(NAMES[a] for a in arms), *labels]
-    columns += [f"extra env steps ({' / '.join(NAMES[a] for a in costly)})"]
-    columns += ["best lr (" + " / ".join(NAMES[a] for a in arms) + ")"]
+    arms = [_BY_SHORT[a] for a in table.arms]
+    pairs = [(_BY_SHORT[a], _BY_SHORT[b]) for a, b in table.pairs]
+    costly = [_BY_SHORT[a] for a in table.costly]
+    labels = [f"{a} - {b}" for a, b in table.pairs]
+    columns = ["environment", "family", "start", *table.arms, *labels]
+    columns += [f"extra env steps ({' / '.join(table.costly)})", "best lr (" + " / ".join(table.arms) + ")"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     pooled: dict[str, dict[str, list[list[float]]]] = {}
     for name, by_arm in results.items():
@@ -330,13 +358,13 @@ def _tables(
         lrs = " / ".join(f"{by_arm[a].lr:g}{'*' if by_arm[a].edge else ''}" for a in arms)
         cells = [name, kinds[name], f"{by_arm[ARMS[0]].curve.success[0][0]:.3f}"]
         cells += [f"{np.mean(auc[a]):.3f}" for a in arms]
-        cells += [_diff(auc[arms[a]], auc[arms[b]]) for a, b in pairs] + [extra, lrs]
+        cells += [_diff(auc[a], auc[b]) for a, b in pairs] + [extra, lrs]
         lines.append("| " + " | ".join(cells) + " |")
     family_columns = ["family", "environments", *labels]
     lines += ["", "| " + " | ".join(family_columns) + " |", "|" + "---|" * len(family_columns)]
     for kind, family in pooled.items():
         per_seed = {a: list(np.mean(np.array(v), axis=0)) for a, v in family.items()}
-        cells = [kind, str(len(family[arms[0]])), *(_diff(per_seed[arms[a]], per_seed[arms[b]]) for a, b in pairs)]
+        cells = [kind, str(len(family[arms[0]])), *(_diff(per_seed[a], per_seed[b]) for a, b in pairs)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

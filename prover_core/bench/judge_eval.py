@@ -86,6 +86,7 @@ class JudgeTally:
     credited: float = 0.0
     """Sum of the observed ``Delta`` of the accepted ones among them: the credit handed out at ``lambda = 1``."""
     credited_value: float = 0.0
+    """Sum of the exact decision value ``sum(Q - V)`` of those accepted segments: what the credit landed on."""
     credited_turns: float = 0.0
     """Sum over accepted segments of ``Delta x turns``: the bonus mass (every turn of a segment gets ``Delta``)."""
     credited_no_effect: float = 0.0
@@ -94,7 +95,6 @@ class JudgeTally:
     """Continuation policy turns spent by verification."""
     rollout_turns: int = 0
     """The batches' own turns."""
-    """Sum of the exact decision value ``sum(Q - V)`` of those accepted segments: what the credit landed on."""
     lengths: dict[str, int] = field(default_factory=dict)
     """Trajectory id -> length of the nominated segment (what random of its lengths reproduces)."""
     same: JudgeTally | None = None
