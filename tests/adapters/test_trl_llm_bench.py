@@ -105,8 +105,40 @@ def test_turn_advantages_land_on_the_action_tokens() -> None:
     assert lp.shape == tokens.shape and float(lp[:, 0].abs().sum()) == 0.0 and float(lp.max()) <= 0.0
 
 
-def test_the_behaviour_cloned_start_is_in_the_target_band() -> None:
+@pytest.fixture(scope="module")
+def start() -> M.Params:
+    """The seed-0 behaviour-cloned start of the benchmark (200 BC steps)."""
+    E.threads()
+    return TR.behaviour_clone(0, steps=200)
+
+
+def test_the_behaviour_cloned_start_is_in_the_target_band(start: M.Params) -> None:
     """Design: 10-30% held-out success at the start (seed 0, 200 BC steps, 32 held-out tasks x 4)."""
-    params = TR.behaviour_clone(0, steps=200)
-    success = TR.evaluate(params, tasks=32, samples=4, seed=0)
+    success = TR.evaluate(start, tasks=32, samples=4, seed=0)
     assert 0.10 <= success <= 0.30, success
+
+
+def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params) -> None:
+    """``Settings.workers`` only changes where a job runs: a job rebuilt by name in a spawned process (the judge
+    included) trains, verifies and evaluates exactly as in this one; the SGD size's arms all use plain SGD."""
+    import dataclasses
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from prover_core.bench.llm.run import SGD, Job, _run_job, arms
+
+    assert {a.optimizer for a in arms(SGD)} == {"sgd"}
+    assert {a.name: a.sampling for a in arms(SGD)}["ProVer, anchor judge, adaptive"] == "adaptive"
+    tiny = dataclasses.replace(SGD, seeds=1, steps=2, eval_every=2, eval_tasks=4, eval_samples=1)
+    job = Job("ProVer, anchor judge, adaptive", 8, 0, 3.0)
+
+    def plain(run: TR.LLMRun) -> dict[str, object]:
+        d = dataclasses.asdict(run)
+        return d | {"seconds": 0, "logs": [log | {"seconds": 0} for log in d["logs"]]}
+
+    here = plain(_run_job(tiny, job, start, 0.2))
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        there = plain(pool.submit(_run_job, tiny, job, start, 0.2).result())
+    assert here == there
+    assert sum(log["verified"] for log in here["logs"]) > 0  # the adaptive verification ran
+

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import sys
 import time
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prover_core.bench.llm import report
 from prover_core.bench.llm.credit import OracleJudge, SameLengthRandomJudge, matched_group_size
@@ -16,6 +20,7 @@ from prover_core.bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, 
 from prover_core.judges import AnchorJudge
 
 ANCHOR = "ProVer, anchor judge"
+Runs = dict[str, dict[float, list[LLMRun]]]
 
 
 @dataclass(frozen=True)
@@ -31,11 +36,15 @@ class Settings:
     widen: int = 0
     """Times the lr grid is widened (by a factor 3 beyond the edge) while some arm's best lr is on an edge."""
     extras: bool = False
-    """ProVer (anchor) with K = 2."""
+    """ProVer (anchor) with K = 2, and with adaptive sampling."""
     seq_mean: bool = False
     """GRPO and ProVer (anchor) with the sequence-mean loss too."""
     title: str = "LLM-shaped benchmark"
     eval_at: tuple[int, ...] = field(default=())
+    optimizer: str = "adam"
+    """``adam`` or ``sgd`` (plain, no momentum), for every arm."""
+    workers: int = 1
+    """Processes running (arm, seed) jobs at once; results do not depend on it (each job is seeded on its own)."""
 
     def checkpoints(self) -> tuple[int, ...]:
         return self.eval_at or tuple(range(self.eval_every, self.steps + 1, self.eval_every))
@@ -47,10 +56,13 @@ MEDIUM = Settings(seeds=4, steps=10, lrs=(1e-4, 3e-4), eval_every=5, eval_tasks=
                   widen=1, seq_mean=True, title="medium")  # fmt: skip
 FULL = Settings(seeds=8, steps=40, lrs=(3e-5, 1e-4, 3e-4), eval_every=10, eval_tasks=64, eval_samples=4, extras=True,
                 seq_mean=True, widen=2, title="full")  # fmt: skip
+SGD = Settings(seeds=8, steps=20, lrs=(1.0, 3.0, 10.0), eval_every=10, eval_tasks=64, eval_samples=2, tasks_per_step=4,
+               extras=True, widen=1, optimizer="sgd", workers=2, title="sgd")  # fmt: skip
+"""Issue 22's optimizer factor (docs/benchmarks.md, "The SGD size"): plain SGD, 8 seeds, 2 processes."""
 
 
-def arms(extras: bool, seq_mean: bool) -> list[Arm]:
-    """Every arm but budget-matched GRPO (sized after ProVer's measured cost)."""
+def arms(settings: Settings) -> list[Arm]:
+    """Every arm but budget-matched GRPO (sized after ProVer's measured cost), with the settings' optimizer."""
     out = [
         Arm("GRPO"),
         Arm("GiGPO", credit="gigpo"),
@@ -59,16 +71,50 @@ def arms(extras: bool, seq_mean: bool) -> list[Arm]:
         Arm("ProVer, random judge (same lengths)", credit="prover",
             judge=lambda s: SameLengthRandomJudge(AnchorJudge(), seed=s)),
     ]  # fmt: skip
-    if extras:
-        out.append(Arm("ProVer, anchor judge, K=2", credit="prover", judge=lambda s: AnchorJudge(), k=2))
-    if seq_mean:
+    if settings.extras:
+        out += [
+            Arm("ProVer, anchor judge, K=2", credit="prover", judge=lambda s: AnchorJudge(), k=2),
+            Arm("ProVer, anchor judge, adaptive", credit="prover", judge=lambda s: AnchorJudge(), sampling="adaptive"),
+        ]
+    if settings.seq_mean:
         out += [
             Arm("GRPO, seq-mean", aggregation="seq-mean"),
             Arm(
                 "ProVer, anchor judge, seq-mean", credit="prover", judge=lambda s: AnchorJudge(), aggregation="seq-mean"
             ),
         ]
-    return out
+    return [dataclasses.replace(a, optimizer=settings.optimizer) for a in out]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run, named so a worker process can rebuild its arm (judges are not picklable)."""
+
+    arm: str
+    group_size: int
+    seed: int
+    lr: float
+
+
+def _run_job(settings: Settings, job: Job, start: Any, start_success: float) -> LLMRun:
+    threads()
+    named = {a.name: a for a in arms(settings)}
+    arm = named.get(job.arm) or Arm(report.MATCHED, group_size=job.group_size, optimizer=settings.optimizer)
+    return train_run(arm, start, job.seed, job.lr, settings.steps, settings.checkpoints(), settings.eval_tasks,
+                     settings.eval_samples, start_success, settings.tasks_per_step)  # fmt: skip
+
+
+def _start(settings: Settings, seed: int) -> tuple[Any, float]:
+    threads()
+    params = behaviour_clone(seed, steps=settings.bc_steps)
+    return params, evaluate(params, settings.eval_tasks, settings.eval_samples, seed)
+
+
+class _Serial(Executor):
+    """The in-process executor of ``workers=1`` (no pickling, no child processes)."""
+
+    def map(self, fn: Any, *iterables: Any, timeout: float | None = None, chunksize: int = 1) -> Any:
+        return map(fn, *iterables)
 
 
 def run_llm(settings: Settings, out: Path, command: str) -> str:
@@ -76,32 +122,57 @@ def run_llm(settings: Settings, out: Path, command: str) -> str:
     threads()
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    starts, start_success = {}, {}
-    for seed in range(settings.seeds):
-        t = time.perf_counter()
-        starts[seed] = behaviour_clone(seed, steps=settings.bc_steps)
-        start_success[seed] = evaluate(starts[seed], settings.eval_tasks, settings.eval_samples, seed)
-        _say(f"seed {seed}: BC start, held-out success {start_success[seed]:.3f} ({time.perf_counter() - t:.0f} s)")
-    runs: dict[str, dict[float, list[LLMRun]]] = {}
-    at = settings.checkpoints()
+    pool: Executor = (
+        ProcessPoolExecutor(settings.workers, mp_context=multiprocessing.get_context("spawn"))
+        if settings.workers > 1
+        else _Serial()
+    )
+    with pool:
+        seeds = range(settings.seeds)
+        starts, start_success = {}, {}
+        for seed, (params, success) in zip(seeds, pool.map(_start, [settings] * len(seeds), seeds), strict=True):
+            starts[seed], start_success[seed] = params, success
+            _say(f"seed {seed}: BC start, held-out success {success:.3f}")
+        runs = _columns(settings, pool, starts, start_success)
+    ordered = {
+        name: runs[name] for name in [report.BASE, report.MATCHED] + [n for n in runs if "GRPO" != n != report.MATCHED]
+    }
+    minutes = (time.perf_counter() - t0) / 60
+    text = report.markdown(ordered, f"{settings.title}: `{command}`", [start_success[s] for s in range(settings.seeds)],
+                           minutes)  # fmt: skip
+    (out / "llm.md").write_text(text + "\n")
+    dump = {
+        "settings": dataclasses.asdict(settings) | {"checkpoints": list(settings.checkpoints())},
+        "start_success": start_success,
+        "runs": [dataclasses.asdict(r) for by_lr in ordered.values() for rs in by_lr.values() for r in rs],
+    }
+    (out / "results.json").write_text(json.dumps(dump, indent=1))
+    return text
 
-    def train(arm: Arm, seed: int, lr: float) -> None:
-        r = train_run(arm, starts[seed], seed, lr, settings.steps, at, settings.eval_tasks, settings.eval_samples,
-                      start_success[seed], settings.tasks_per_step)  # fmt: skip
-        runs.setdefault(arm.name, {}).setdefault(lr, []).append(r)
-        _say(f"{arm.name} lr {lr:g} seed {seed}: {r.success[-1]:.3f} (extra env steps "
-             f"{100 * r.extra_share():.0f}%, {r.seconds:.0f} s)")  # fmt: skip
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _columns(settings: Settings, pool: Executor, starts: dict[int, Any], start_success: dict[int, float]) -> Runs:
+    """Every arm at every lr of the grid, widened while a best lr is on an edge (``settings.widen`` times)."""
+    runs: Runs = {}
+
+    def train(jobs: Sequence[Job]) -> None:
+        done = pool.map(_run_job, [settings] * len(jobs), jobs, [starts[j.seed] for j in jobs],
+                        [start_success[j.seed] for j in jobs])  # fmt: skip
+        for job, r in zip(jobs, done, strict=True):
+            runs.setdefault(job.arm, {}).setdefault(job.lr, []).append(r)
+            _say(f"{job.arm} lr {job.lr:g} seed {job.seed}: {r.success[-1]:.3f} (extra env steps "
+                 f"{100 * r.extra_share():.0f}%, {r.seconds:.0f} s)")  # fmt: skip
 
     def column(lr: float) -> None:
         """Every arm at ``lr``; budget-matched GRPO last, sized by ProVer (anchor)'s measured cost at ``lr``."""
-        for seed in range(settings.seeds):
-            for arm in arms(settings.extras, settings.seq_mean):
-                train(arm, seed, lr)
+        train([Job(arm.name, arm.group_size, seed, lr) for seed in range(settings.seeds) for arm in arms(settings)])
         anchor = runs[ANCHOR][lr]
         g = matched_group_size(8, sum(x.rollout_turns for r in anchor for x in r.logs),
                                sum(x.extra_turns for r in anchor for x in r.logs))  # fmt: skip
-        for seed in range(settings.seeds):
-            train(Arm(report.MATCHED, group_size=g), seed, lr)
+        train([Job(report.MATCHED, g, seed, lr) for seed in range(settings.seeds)])
 
     for lr in settings.lrs:
         column(lr)
@@ -113,21 +184,4 @@ def run_llm(settings: Settings, out: Path, command: str) -> str:
             break
         _say(f"a best lr is on the {'lowest' if new < lrs[0] else 'highest'} edge of {lrs}: widening to lr {new:g}")
         column(new)
-    ordered = {
-        name: runs[name] for name in [report.BASE, report.MATCHED] + [n for n in runs if "GRPO" != n != report.MATCHED]
-    }
-    minutes = (time.perf_counter() - t0) / 60
-    text = report.markdown(ordered, f"{settings.title}: `{command}`", [start_success[s] for s in range(settings.seeds)],
-                           minutes)  # fmt: skip
-    (out / "llm.md").write_text(text + "\n")
-    dump = {
-        "settings": dataclasses.asdict(settings) | {"checkpoints": list(at)},
-        "start_success": start_success,
-        "runs": [dataclasses.asdict(r) for by_lr in ordered.values() for rs in by_lr.values() for r in rs],
-    }
-    (out / "results.json").write_text(json.dumps(dump, indent=1))
-    return text
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    return runs

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -40,6 +40,7 @@ class Arm:
     k: int = 8
     aggregation: Aggregation = "token-mean"
     optimizer: str = "adam"
+    sampling: Literal["fixed", "adaptive"] = "fixed"
 
 
 @dataclass
@@ -155,7 +156,7 @@ def step_tasks(seed: int, step: int, count: int = TASKS_PER_STEP) -> list[int]:
 
 
 async def _prover_credit(
-    engine: Engine, groups: list[list[Record]], judge: Judge, k: int, seed: int, step: int, log: StepLog, length: int
+    engine: Engine, groups: list[list[Record]], judge: Judge, arm: Arm, seed: int, step: int, log: StepLog, length: int
 ) -> np.ndarray:
     """ProVer's advantages on the token rows (``BonusResult.token_advantages``), through ``acompute_bonus``
     with a ``continue_from`` that restores the exact state and token history."""
@@ -173,7 +174,7 @@ async def _prover_credit(
         log.extra_tokens += out.action_tokens  # the restored record holds only this continuation's turns
         return Outcome(success=out.success, turns=out.turns)
 
-    config = ProverConfig(k=k, seed=seed, max_concurrency=256)
+    config = ProverConfig(k=arm.k, sampling=arm.sampling, seed=seed, max_concurrency=256)
     result = await acompute_bonus(trajectories, judge=judge, config=config, continue_from=continue_from)
     for rec in result.report.groups:
         if rec.verification is not None:
@@ -219,7 +220,7 @@ def train_run(
         elif arm.credit == "gigpo":
             adv = turn_advantages_to_tokens(records, gigpo_turns(groups), tokens.shape[1])
         elif arm.credit == "prover" and judge is not None:
-            rows = run(_prover_credit(engine, groups, judge, arm.k, seed * 100_000 + step, step, log, tokens.shape[1]))
+            rows = run(_prover_credit(engine, groups, judge, arm, seed * 100_000 + step, step, log, tokens.shape[1]))
             adv = torch.tensor(rows, dtype=torch.float32)
         else:
             raise ValueError(f"unknown credit {arm.credit!r} (ProVer needs a judge)")
