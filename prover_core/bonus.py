@@ -53,7 +53,7 @@ from prover_core.propose import propose
 from prover_core.protocols import ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, as_policy
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.restore import SnapshotEnv
-from prover_core.trigger import is_eligible, longest_failure, representative, success_rate
+from prover_core.trigger import capped, is_eligible, longest_failure, representative, success_rate
 from prover_core.verify import Continuer, env_continuer, hook_continuer, usage_error, verify_segment_detailed
 
 logger = logging.getLogger(__name__)
@@ -334,6 +334,22 @@ async def acompute_bonus(
                 status="not_eligible",
                 reason=f"success rate {successes}/{len(members)} outside ({config.trigger_low}, {config.trigger_high})",
             )
+
+    directions = dict(eligible)
+    kept, left = capped(list(directions), config.max_verified_groups, config.seed)
+    for gid in left:
+        members = groups[gid]
+        records[gid] = GroupRecord(
+            group_id=gid,
+            size=len(members),
+            successes=sum(t.success for t in members),
+            status="unverified",
+            direction=directions[gid],
+            reason=f"eligible, not verified: max_verified_groups={config.max_verified_groups} of "
+            f"{len(eligible)} eligible groups (a random subset is verified)",
+        )
+    verified = set(kept)
+    eligible = [e for e in eligible if e[0] in verified]
 
     limit = asyncio.Semaphore(config.max_concurrency)
     clock = StageClock()

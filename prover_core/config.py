@@ -25,6 +25,11 @@ class ProverConfig(BaseModel):
     trigger_low: float = Field(default=0.0, ge=0.0, le=1.0)
     trigger_high: float = Field(default=0.5, ge=0.0, le=1.0)
 
+    max_verified_groups: int | None = Field(default=None, ge=0)
+    """*library*: verify at most this many eligible groups per call (a uniformly random subset, seeded by ``seed``);
+    the others keep plain GRPO credit, recorded as ``unverified``. A hard cap on verification cost:
+    each verified group costs about ``2 k`` continuations. ``None`` (the paper): every eligible group."""
+
     # Propose: admissible segments.
     max_segment_turns: int = Field(default=4, ge=1)
     nonterminal_end: bool = True

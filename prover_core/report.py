@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from prover_core.batch_checks import WARNING_KINDS, BatchWarning
 from prover_core.data import Proposal, Verification
 
-Status = Literal["not_eligible", "declined", "skipped", "rejected", "accepted"]
+Status = Literal["not_eligible", "unverified", "declined", "skipped", "rejected", "accepted"]
 Stage = Literal["trigger", "propose", "verify", "credit"]
 Direction = Literal["gain", "drop"]
 FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
@@ -47,7 +47,8 @@ class VerifyStats(BaseModel):
 class GroupRecord(BaseModel):
     """The path of one group through trigger, propose, verify and credit.
 
-    ``status`` is ``not_eligible`` (trigger said no), ``declined`` (the judge declined),
+    ``status`` is ``not_eligible`` (trigger said no), ``unverified`` (eligible, left out by
+    ``max_verified_groups``; GRPO credit), ``declined`` (the judge declined),
     ``skipped`` (something failed: ``stage`` and ``reason`` say what; the group keeps GRPO credit),
     ``rejected`` (verified, the acceptance rule said no) or ``accepted`` (bonus applied).
     """
@@ -135,6 +136,7 @@ class Report(BaseModel):
         out: dict[str, float] = {
             "groups": len(self.groups),
             "groups_eligible": eligible,
+            "groups_unverified": sum(g.status == "unverified" for g in gain),
             "groups_proposed": sum(g.proposal is not None for g in gain),
             "groups_verified": len(ver),
             "groups_accepted": len(accepted),
@@ -178,7 +180,7 @@ class Report(BaseModel):
 
     def summary(self) -> Mapping[str, int]:
         """How many groups ended in each status."""
-        return {s: self.count(s) for s in ("not_eligible", "declined", "skipped", "rejected", "accepted")}
+        return {s: self.count(s) for s in ("not_eligible", "unverified", "declined", "skipped", "rejected", "accepted")}
 
 
 def _spent(group: GroupRecord) -> int:

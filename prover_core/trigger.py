@@ -5,10 +5,13 @@ the paper uses ``(0, 0.5)``, i.e. 1..3 successes of 8). Its representative is th
 successful trajectory; ties go to the smallest trajectory id, so the choice does not depend on the
 order in which a host hands over the batch. With negative credit on, groups with a rate in
 ``(negative_trigger_low, negative_trigger_high)`` are debited instead, through their longest failed run.
+With ``max_verified_groups = n``, at most ``n`` eligible groups go on, each eligible group equally likely
+(a seeded draw that depends on the group ids, not on their order).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from prover_core.data import Trajectory
@@ -38,3 +41,16 @@ def longest_failure(group: Sequence[Trajectory]) -> Trajectory:
     if not failures:
         raise ValueError("the group has no failed trajectory")
     return min(failures, key=lambda t: (-t.num_turns, t.id))
+
+
+def capped(group_ids: Sequence[str], limit: int | None, seed: int = 0) -> tuple[list[str], list[str]]:
+    """``(kept, left)``: at most ``limit`` of ``group_ids`` kept, a uniformly random subset (``None``: all).
+
+    Each id's rank is a hash of ``(seed, id)``, so every subset of size ``limit`` is equally likely over seeds,
+    and the choice does not depend on the order of ``group_ids``. Both lists keep the input order.
+    """
+    if limit is None or limit >= len(group_ids):
+        return list(group_ids), []
+    rank = {g: hashlib.sha256(f"{seed}\x00{g}".encode()).digest() for g in group_ids}
+    chosen = set(sorted(group_ids, key=rank.__getitem__)[:limit])
+    return [g for g in group_ids if g in chosen], [g for g in group_ids if g not in chosen]

@@ -78,7 +78,42 @@ def test_accepted_segment_gets_lambda_delta_and_nothing_else_changes() -> None:
     assert m["prover/groups"] == 2 and m["prover/groups_eligible"] == 1 and m["prover/groups_accepted"] == 1
     assert m["prover/continuations"] == 8 and m["prover/mean_delta_accepted"] == 1.0
     assert m["prover/mean_segment_turns"] == 2 and m["prover/judge/propose_calls"] == 1
-    assert r.report.summary() == {"not_eligible": 1, "declined": 0, "skipped": 0, "rejected": 0, "accepted": 1}
+    assert r.report.summary() == {
+        "not_eligible": 1,
+        "unverified": 0,
+        "declined": 0,
+        "skipped": 0,
+        "rejected": 0,
+        "accepted": 1,
+    }
+
+
+def test_max_verified_groups_verifies_a_subset_and_leaves_the_rest_at_grpo() -> None:
+    """Three eligible groups, a cap of 1: one judge call, one verification, two groups ``unverified`` with
+    exactly GRPO's advantages; a cap of 0 verifies nothing; no cap (the paper) verifies all three."""
+    three = [
+        make_trajectory(f"{g}{i}", g, i == 0, list("abcd") if i == 0 else list("abxde"))
+        for g in "xyz"
+        for i in range(4)
+    ]
+    grpo = compute_bonus(three, judge=FixedJudge(1, 2), continue_from=step_continuer(3), config=ProverConfig(k=4))
+    assert grpo.report.count("accepted") == 3
+    for cap, verified in ((1, 1), (0, 0)):
+        judge = FixedJudge(1, 2)
+        r = compute_bonus(three, judge=judge, continue_from=step_continuer(3),
+                          config=ProverConfig(k=4, max_verified_groups=cap))  # fmt: skip
+        assert judge.calls == verified == r.report.count("accepted")
+        unverified = [g for g in r.report.groups if g.status == "unverified"]
+        assert len(unverified) == 3 - verified and all("max_verified_groups" in g.reason for g in unverified)
+        m = r.report.metrics()
+        assert m["prover/groups_unverified"] == 3 - verified and m["prover/continuations"] == 8 * verified
+        assert m["prover/groups_eligible"] == 3 and m["prover/groups_skipped"] == 0
+        assert r.advantages == grpo.advantages
+        for g in unverified:
+            for t in three:
+                if t.group_id == g.group_id:
+                    assert not r.turn_bonus[t.id].any()
+                    np.testing.assert_array_equal(r.turn_advantages(t.id), np.full(t.num_turns, grpo.advantages[t.id]))
 
 
 def test_rejected_and_declined_leave_grpo_untouched() -> None:

@@ -333,6 +333,13 @@ def test_a_failing_engine_is_a_recorded_skip_and_grpo_credit_stays(
     assert (record_g.status, record_g.stage) == ("skipped", "verify")
     assert why in record_g.reason and "too few finished continuations (pre 0/8, post 0/8" in record_g.reason
     assert record_g.verify_stats is not None and record_g.verify_stats.failures == {kind: 16}
-    assert result.report.summary() == {"not_eligible": 1, "declined": 0, "skipped": 1, "rejected": 0, "accepted": 0}
+    assert result.report.summary() == {
+        "not_eligible": 1,
+        "unverified": 0,
+        "declined": 0,
+        "skipped": 1,
+        "rejected": 0,
+        "accepted": 0,
+    }
     assert result.advantages == GRPO
     assert all(not b.any() for b in result.turn_bonus.values())

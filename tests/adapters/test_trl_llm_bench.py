@@ -141,4 +141,3 @@ def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params) -
         there = plain(pool.submit(_run_job, tiny, job, start, 0.2).result())
     assert here == there
     assert sum(log["verified"] for log in here["logs"]) > 0  # the adaptive verification ran
-
