@@ -190,8 +190,12 @@ async def _prover_credit(
 def train_run(
     arm: Arm, start: M.Params, seed: int, lr: float, steps: int, eval_at: Sequence[int], eval_tasks: int,
     eval_samples: int, start_success: float, tasks_per_step: int = TASKS_PER_STEP,
+    trained: Callable[[M.Params], None] | None = None,
 ) -> LLMRun:  # fmt: skip
-    """``steps`` optimizer steps of ``arm`` from ``start``; held-out success at ``eval_at`` (step 0 given)."""
+    """``steps`` optimizer steps of ``arm`` from ``start``; held-out success at ``eval_at`` (step 0 given).
+
+    ``trained``, if given, receives the final weights (for diagnostics; the run's figures do not include them).
+    """
     import torch
 
     t0 = time.perf_counter()
@@ -239,4 +243,6 @@ def train_run(
             out.env_steps.append(env_steps)
             out.policy_tokens.append(tokens_spent)
     out.seconds = time.perf_counter() - t0
+    if trained is not None:
+        trained(params)
     return out
