@@ -44,7 +44,7 @@ class Settings:
     optimizer: str = "adam"
     """``adam`` or ``sgd`` (plain, no momentum), for every arm."""
     workers: int = 1
-    """Processes running (arm, seed) jobs at once; results do not depend on it (each job is seeded on its own)."""
+    """Processes running (arm, seed, lr) jobs at once; results do not depend on it (each job is seeded on its own)."""
 
     def checkpoints(self) -> tuple[int, ...]:
         return self.eval_at or tuple(range(self.eval_every, self.steps + 1, self.eval_every))
