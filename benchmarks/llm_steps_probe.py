@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from prover_core.bench.llm.engine import threads
+from prover_core.bench.llm.report import format_ci, format_pm
 from prover_core.bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, train_run
 from prover_core.bench.neural_report import paired_difference
 from prover_core.bench.progress import mean_ci
@@ -62,15 +63,10 @@ def report(runs: dict[tuple[str, float, int], list[LLMRun]], starts: list[float]
             x = [r.success[i] for r in large]
             y = [r.success[i] for r in small]
             d = paired_difference(x, y)
-            body.append([str(step), *(_ci(mean_ci([r.success[i] for r in runs[(optimizer, lr, g)]])) for g in GROUPS),
-                         f"{d[0]:+.3f} ± {d[1]:.3f}"])  # fmt: skip
+            body.append([str(step), format_ci(mean_ci(y)), format_ci(mean_ci(x)), format_pm(d)])
         lines += [f"**{optimizer}, lr {lr:g}** (held-out success, mean ± 95% CI over seeds):", "",
                   markdown_table(header, body), ""]  # fmt: skip
     return "\n".join(lines)
-
-
-def _ci(v: tuple[float, float]) -> str:
-    return f"{v[0]:.3f} ± {v[1]:.3f}"
 
 
 def main() -> None:

@@ -348,8 +348,7 @@ async def acompute_bonus(
             reason=f"eligible, not verified: max_verified_groups={config.max_verified_groups} of "
             f"{len(eligible)} eligible groups (a random subset is verified)",
         )
-    verified = set(kept)
-    eligible = [e for e in eligible if e[0] in verified]
+    eligible = [(gid, directions[gid]) for gid in kept]  # capped keeps the batch's order
 
     limit = asyncio.Semaphore(config.max_concurrency)
     clock = StageClock()

@@ -37,11 +37,11 @@ def _by_seed(runs: Sequence[Any]) -> list[Any]:
     return sorted(runs, key=lambda r: r.seed)
 
 
-def _pm(v: tuple[float, float]) -> str:
+def format_pm(v: tuple[float, float]) -> str:
     return f"{v[0]:+.3f} ± {v[1]:.3f}"
 
 
-def _ci(v: tuple[float, float]) -> str:
+def format_ci(v: tuple[float, float]) -> str:
     return f"{v[0]:.3f} ± {v[1]:.3f}"
 
 
@@ -58,7 +58,7 @@ def checks(runs: Runs) -> list[str]:
             d = paired_difference(x, y)
             verdicts.append((lr, d, runs[MATCHED][lr][0].group_size))
         helps = [v for v in verdicts if v[1][0] - v[1][1] > 0]
-        detail = "; ".join(f"lr {lr:g}: G={g}, {_pm(d)}" for lr, d, g in verdicts)
+        detail = "; ".join(f"lr {lr:g}: G={g}, {format_pm(d)}" for lr, d, g in verdicts)
         if not helps:
             lines.append(
                 "**This regime cannot show credit assignment**: budget-matched GRPO (more group members at equal "
@@ -108,8 +108,9 @@ def headline(runs: Runs) -> str:
         per_step = float(np.mean([x.extra_tokens for r in rs for x in r.logs]))
         body.append(
             [
-                name, f"{lr:g}", str(rs[0].group_size), _ci(mean_ci(x)), _pm(paired_difference(x, y)),
-                _ci(mean_ci(eq)), _pm(paired_difference(eq, y)), _ci(mean_ci(et)), _pm(paired_difference(et, y)),
+                name, f"{lr:g}", str(rs[0].group_size), format_ci(mean_ci(x)), format_pm(paired_difference(x, y)),
+                format_ci(mean_ci(eq)), format_pm(paired_difference(eq, y)), format_ci(mean_ci(et)),
+                format_pm(paired_difference(et, y)),
                 f"{100 * np.mean([r.extra_share() for r in rs]):.1f}%",
                 f"{100 * np.mean([r.extra_token_share() for r in rs]):.1f}%", f"{per_step:.0f}",
                 f"{accepted} / {verified}" if verified else "—",
@@ -127,7 +128,9 @@ def sweep(runs: Runs) -> str:
     for name, by_lr in runs.items():
         best = best_lr(by_lr)
         cells = [
-            _ci(mean_ci([r.success[-1] for r in by_lr[lr]])) + (" *" if lr == best else "") if lr in by_lr else "—"
+            format_ci(mean_ci([r.success[-1] for r in by_lr[lr]])) + (" *" if lr == best else "")
+            if lr in by_lr
+            else "—"
             for lr in lrs
         ]
         body.append([name, *cells, ", ".join(str(by_lr[lr][0].group_size) for lr in sorted(by_lr))])
