@@ -23,7 +23,7 @@ from prover_core.bench.llm.train import HELD_OUT, Arm, behaviour_clone, train_ru
 
 def action_mix(params: Any, seed: int, tasks: int = 64) -> str:
     ts = [make_task(HELD_OUT + j) for j in range(tasks)]
-    recs: list[Record] = run(episodes(Engine(params, slots=tasks), ts, [[seed, 99_999, i] for i in range(tasks)]))  # type: ignore[assignment]
+    recs: list[Record] = run(episodes(Engine(params, slots=tasks), ts, [[seed, 99_999, i] for i in range(tasks)]))
     verbs = Counter(a[0] for r in recs for a in r.actions)
     n = sum(verbs.values())
     shares = ", ".join(f"{v} {c / n:.2f}" for v, c in verbs.most_common())

@@ -33,7 +33,7 @@ def main() -> None:
     engine = Engine(params, slots=64)
     for step in range(1, args.steps + 1):
         tasks = [make_task(t) for t in step_tasks(args.seed, step, 4) for _ in range(8)]
-        records: list[Record] = run(episodes(engine, tasks, [[args.seed, 1000 + step, i] for i in range(32)]))  # type: ignore[assignment]
+        records: list[Record] = run(episodes(engine, tasks, [[args.seed, 1000 + step, i] for i in range(32)]))
         tokens, mask = token_rows(records)
         groups = [records[g * 8 : (g + 1) * 8] for g in range(4)]
         adv = turn_advantages_to_tokens(records, grpo_turns(groups), tokens.shape[1])

@@ -19,6 +19,7 @@ from prover_core.bench.llm import tasks as T
 from prover_core.bench.llm.credit import (
     OracleJudge,
     SameLengthRandomJudge,
+    continuation_turns,
     gigpo_turns,
     grpo_turns,
     matched_group_size,
@@ -77,6 +78,42 @@ def test_the_pivot_decides_success_as_designed() -> None:
         # always slipping: the agent never leaves room 0 and runs out of turns
         stuck = _play(task, {"goal": TAKE, "before": SKIP, "after": SKIP}, slip_free=False)
         assert not stuck.success and stuck.turns == task.limit and stuck.final.room == 0
+
+
+def test_a_mistake_is_exactly_a_decision_that_makes_success_impossible() -> None:
+    """Hand-worked: leaving the goal room without its key, or replacing the goal key; and over 2000 expert
+    episodes that reached the door, success iff no turn was a mistake."""
+    tasks = [T.make_task(i) for i in range(100)]
+    task = next(t for t in tasks if t.goal_room < max(r for r, c in enumerate(t.rooms) if c >= 0))
+
+    def mistakes(record: T.Record) -> list[int]:
+        pairs = zip(record.states, record.actions, strict=True)
+        return [s.room for s, a in pairs if T.is_mistake(record.task, s, a)]
+
+    assert mistakes(_play(task, {"goal": TAKE, "before": TAKE, "after": SKIP})) == []
+    assert mistakes(_play(task, {"goal": SKIP, "before": TAKE, "after": SKIP})) == [task.goal_room]
+    after = [r for r, c in enumerate(task.rooms) if c >= 0 and r > task.goal_room]
+    assert mistakes(_play(task, {"goal": TAKE, "before": SKIP, "after": TAKE})) == after[:1]  # the first swap only
+    rng = np.random.default_rng(5)
+    at_door = 0
+    for i in range(2000):
+        record = T.simulate(T.make_task(i % 50), "expert", rng)
+        if record.actions[-1] == OPEN:
+            at_door += 1
+            assert record.success == (mistakes(record) == [])
+    assert at_door > 1500
+
+
+def test_continuations_are_credited_against_their_own_boundary() -> None:
+    """``A_c = R_c - mean of the other continuations from the same boundary`` (hand-worked), on every turn."""
+    task = T.make_task(3)
+    win = _play(task, {"goal": TAKE, "before": SKIP, "after": SKIP})
+    lose = _play(task, {"goal": SKIP, "before": SKIP, "after": SKIP})
+    records = [win, lose, lose, win, lose]
+    rows = continuation_turns([("t", 2), ("t", 2), ("t", 2), ("t", 7), ("u", 2)], records)
+    assert [r.shape[0] for r in rows] == [r.turns for r in records]
+    assert [float(r[0]) for r in rows] == [1.0, -0.5, -0.5, 0.0, 0.0]  # 1 - 0, 0 - 1/2, 0 - 1/2; alone: 0
+    assert all((r == r[0]).all() for r in rows)
 
 
 def test_transitions_slip_at_the_stated_rate() -> None:
@@ -162,7 +199,7 @@ def test_trajectory_carries_spans_state_and_the_pivot() -> None:
     traj = trajectory(win, "t0", "g0")
     assert traj.success and traj.num_turns == 2
     assert [turn.token_span for turn in traj.turns] == win.spans
-    assert traj.turns[0].info == {"state": (0, T.NONE, 0), "pivot": True}
+    assert traj.turns[0].info == {"state": (0, T.NONE, 0), "pivot": True, "mistake": False}
     assert traj.turns[0].action == "take the key ." and traj.turns[0].observation == (0, 0, T.NONE)
     assert not traj.turns[1].info["pivot"]
 
@@ -219,6 +256,25 @@ def test_the_report_says_first_when_more_samples_do_not_help() -> None:
     assert any("highest of the grid" in line for line in report.checks(edge))
     middle = {"GRPO": {0.001: [_Run(0, [0.1, 0.3])], 0.002: [_Run(0, [0.1, 0.5])], 0.003: [_Run(0, [0.1, 0.4])]}}
     assert report.checks(middle) == []
+
+
+@dataclass
+class _Log:
+    debited: int = 0
+    debited_on_mistake: int = 0
+    data_rows: int = 0
+
+
+def test_the_report_counts_debits_and_continuations_trained_on() -> None:
+    runs = {
+        "GRPO": {1.0: [_Run(0, [0.2, 0.3], logs=[_Log(), _Log()])]},
+        "neg": {1.0: [_Run(0, [0.2, 0.3], logs=[_Log(3, 1), _Log(1, 1)])]},
+        "data": {1.0: [_Run(0, [0.2, 0.3], logs=[_Log(data_rows=32), _Log(data_rows=16)])]},
+    }
+    assert report.extra_credit(runs) == [
+        "neg (lr 1): 4 failed runs debited in 2 steps, 2 (50%) on a decision that made success impossible.",
+        "data (lr 1): 48 continuations trained on in 2 steps (24.0 per step, next to the step's group samples).",
+    ]
 
 
 def test_every_module_imports_without_torch() -> None:

@@ -105,6 +105,33 @@ def test_turn_advantages_land_on_the_action_tokens() -> None:
     assert lp.shape == tokens.shape and float(lp[:, 0].abs().sum()) == 0.0 and float(lp.max()) <= 0.0
 
 
+def test_continuations_join_the_loss_as_rows_of_their_own_actions() -> None:
+    """Group rows first (padded), then one row per continuation: its history is context (mask 0), only its own
+    action tokens are trained, with ``R_c`` minus the leave-one-out mean of its boundary's continuations."""
+    rng = np.random.default_rng(3)
+    records = [T.simulate(T.make_task(i), "expert", rng) for i in range(2)]
+    conts = []
+    for _ in range(3):
+        c = T.restored(records[0], 4)
+        while not c.final.done:
+            T.play(c, T.action_tokens(T.expert(c.task, c.final, rng)), float(rng.random()))
+        conts.append((("t", 4), c))
+    tokens0, _ = TR.token_rows(records)
+    adv0 = torch.full(tokens0.shape, 0.5)
+    tokens, mask, adv = TR.with_continuations(records, adv0, conts)
+    assert tokens.shape[0] == adv.shape[0] == mask.shape[0] == 5
+    assert (tokens[:2, : tokens0.shape[1]] == tokens0).all() and (adv[:2, : tokens0.shape[1]] == 0.5).all()
+    wins = [float(c.success) for _, c in conts]
+    for i, (_, c) in enumerate(conts):
+        row = 2 + i
+        history = records[0].obs_start[4]
+        assert tokens[row, :history].tolist() == records[0].tokens[:history]
+        assert float(mask[row, :history].sum()) == 0.0 and int(mask[row].sum()) == c.action_tokens
+        expected = wins[i] - (sum(wins) - wins[i]) / 2
+        assert torch.allclose(adv[row][mask[row] == 1], torch.tensor(expected))
+        assert float(adv[row][mask[row] == 0].abs().sum()) == 0.0
+
+
 @pytest.fixture(scope="module")
 def start() -> M.Params:
     """The seed-0 behaviour-cloned start of the benchmark (200 BC steps)."""
@@ -118,9 +145,11 @@ def test_the_behaviour_cloned_start_is_in_the_target_band(start: M.Params) -> No
     assert 0.10 <= success <= 0.30, success
 
 
-def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params) -> None:
+@pytest.mark.parametrize("arm", ["ProVer, anchor judge, adaptive", "ProVer, anchor judge, continuations as data"])
+def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params, arm: str) -> None:
     """``Settings.workers`` only changes where a job runs: a job rebuilt by name in a spawned process (the judge
-    included) trains, verifies and evaluates exactly as in this one; the SGD size's arms all use plain SGD."""
+    included) trains, verifies and evaluates exactly as in this one; the SGD size's arms all use plain SGD.
+    With continuations as data, every continuation (2 boundaries x K = 8 per verified group) is trained on."""
     import dataclasses
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -129,8 +158,8 @@ def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params) -
 
     assert {a.optimizer for a in arms(SGD)} == {"sgd"}
     assert {a.name: a.sampling for a in arms(SGD)}["ProVer, anchor judge, adaptive"] == "adaptive"
-    tiny = dataclasses.replace(SGD, seeds=1, steps=2, eval_every=2, eval_tasks=4, eval_samples=1)
-    job = Job("ProVer, anchor judge, adaptive", 8, 0, 3.0)
+    tiny = dataclasses.replace(SGD, seeds=1, steps=2, eval_every=2, eval_tasks=4, eval_samples=1, data=True)
+    job = Job(arm, 8, 0, 3.0)
 
     def plain(run: TR.LLMRun) -> dict[str, object]:
         d = dataclasses.asdict(run)
@@ -140,4 +169,8 @@ def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params) -
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         there = plain(pool.submit(_run_job, tiny, job, start, 0.2).result())
     assert here == there
-    assert sum(log["verified"] for log in here["logs"]) > 0  # the adaptive verification ran
+    assert sum(log["verified"] for log in here["logs"]) > 0  # the verification ran
+    if "data" in arm:
+        assert [log["data_rows"] for log in here["logs"]] == [16 * log["verified"] for log in here["logs"]]
+    else:
+        assert sum(log["data_rows"] for log in here["logs"]) == 0

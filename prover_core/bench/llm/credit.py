@@ -5,19 +5,20 @@
   group's turns keyed by observation ``(room, item, held)``, returns ``gamma^(T_i - 1 - t) R_i``.
 * ProVer: ``BonusResult.turn_advantages`` (the library), with :class:`OracleJudge`, ``AnchorJudge`` or
   :class:`SameLengthRandomJudge`.
+* Continuations as training data: :func:`continuation_turns`.
 * Budget matching: :func:`matched_group_size`.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from prover_core.bench.llm.tasks import Record, action_text, is_pivot, observation
-from prover_core.bench.methods import step_advantages
+from prover_core.bench.llm.tasks import Record, action_text, is_mistake, is_pivot, observation
+from prover_core.bench.methods import continuation_advantages, step_advantages
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory, Turn
 from prover_core.grpo import group_advantages
 from prover_core.protocols import Judge
@@ -52,6 +53,21 @@ def gigpo_turns(groups: Groups, gamma: float = 0.95, omega: float = 1.0) -> list
     return out
 
 
+def continuation_turns(boundaries: Sequence[Hashable], records: Sequence[Record]) -> list[FloatArray]:
+    """Each continuation's advantage on every turn it played: ``A_c = R_c - mean of the other continuations from
+    the same boundary state`` (leave-one-out; 0 when alone). The baseline does not depend on continuation ``c``,
+    so ``E[A_c sum_t grad log pi(a_t | s_t)] = grad V(s_b)``: REINFORCE from its boundary state ``s_b``.
+
+    ``records[c]`` is continuation ``c`` (a restored record: the history's tokens, then its own turns),
+    ``boundaries[c]`` any key naming its boundary state (continuations with equal keys share a baseline).
+    """
+    keys = {b: i for i, b in enumerate(dict.fromkeys(boundaries))}
+    adv = continuation_advantages(
+        np.array([float(r.success) for r in records]), np.array([keys[b] for b in boundaries], dtype=np.int64)
+    )
+    return [np.full(r.turns, float(a)) for r, a in zip(records, adv, strict=True)]
+
+
 def trajectory(record: Record, tid: str, gid: str) -> Trajectory:
     """``record`` as the library's :class:`Trajectory`: observations ``(room, item, held)``, the action's text,
     its token span, and the exact state in ``info`` (what ``continue_from`` restores)."""
@@ -60,7 +76,11 @@ def trajectory(record: Record, tid: str, gid: str) -> Trajectory:
             observation=observation(record.task, s),
             action=action_text(record.tokens[a:b]),
             token_span=(a, b),
-            info={"state": (s.room, s.held, s.turn), "pivot": is_pivot(record.task, s, action)},
+            info={
+                "state": (s.room, s.held, s.turn),
+                "pivot": is_pivot(record.task, s, action),
+                "mistake": is_mistake(record.task, s, action),
+            },
         )
         for s, (a, b), action in zip(record.states, record.spans, record.actions, strict=True)
     )

@@ -11,12 +11,15 @@ only on the weights and the seed, never on what else was batched with it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from prover_core.bench.llm import model as M
 from prover_core.bench.llm.tasks import END, MAX_ACTION_TOKENS, Record, Task, observation_tokens, play, start_record
+
+T = TypeVar("T")
 
 
 class Engine:
@@ -118,11 +121,11 @@ async def episodes(engine: Engine, tasks: Sequence[Task], seeds: Sequence[Sequen
     )
 
 
-def run(coro: object) -> object:
+def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on a private event loop."""
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(coro)  # type: ignore[arg-type]
+        return loop.run_until_complete(coro)
     finally:
         loop.close()
 

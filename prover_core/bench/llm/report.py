@@ -120,6 +120,28 @@ def headline(runs: Runs) -> str:
     return markdown_table(header, body)
 
 
+def extra_credit(runs: Runs) -> list[str]:
+    """What negative credit debited and how many continuations were trained on, per arm at its best lr."""
+    lines = []
+    for name, by_lr in runs.items():
+        lr = best_lr(by_lr)
+        logs = [x for r in by_lr[lr] for x in r.logs]
+        debited = sum(getattr(x, "debited", 0) for x in logs)
+        on_mistake = sum(getattr(x, "debited_on_mistake", 0) for x in logs)
+        rows = sum(getattr(x, "data_rows", 0) for x in logs)
+        if debited:
+            lines.append(
+                f"{name} (lr {lr:g}): {debited} failed runs debited in {len(logs)} steps, {on_mistake} "
+                f"({100 * on_mistake / debited:.0f}%) on a decision that made success impossible."
+            )
+        if rows:
+            lines.append(
+                f"{name} (lr {lr:g}): {rows} continuations trained on in {len(logs)} steps "
+                f"({rows / len(logs):.1f} per step, next to the step's group samples)."
+            )
+    return lines
+
+
 def sweep(runs: Runs) -> str:
     """Final held-out success (mean ± 95% CI over seeds) of every arm at every lr."""
     lrs = sorted({lr for by_lr in runs.values() for lr in by_lr})
@@ -154,6 +176,7 @@ def curves(runs: Runs) -> str:
 
 def markdown(runs: Runs, title: str, start: Sequence[float], minutes: float) -> str:
     lines = [f"## {title}", "", *(f"- {c}" for c in checks(runs)), ""]
+    notes = [f"- {line}" for line in extra_credit(runs)]
     lines += [
         f"Start (behaviour cloning, held-out success per seed): {', '.join(f'{s:.3f}' for s in start)} "
         f"(mean {np.mean(start):.3f}). Wall time {minutes:.1f} min.",
@@ -162,6 +185,8 @@ def markdown(runs: Runs, title: str, start: Sequence[float], minutes: float) -> 
         "",
         headline(runs),
         "",
+        *notes,
+        *([""] if notes else []),
         "Held-out success by step (mean over seeds, best lr):",
         "",
         curves(runs),

@@ -20,6 +20,8 @@ from prover_core.bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, 
 from prover_core.judges import AnchorJudge
 
 ANCHOR = "ProVer, anchor judge"
+DATA = "ProVer, anchor judge, continuations as data"
+NEGATIVE = "ProVer, anchor judge, negative credit"
 Runs = dict[str, dict[float, list[LLMRun]]]
 
 
@@ -37,6 +39,8 @@ class Settings:
     """Times the lr grid is widened (by a factor 3 beyond the edge) while some arm's best lr is on an edge."""
     extras: bool = False
     """ProVer (anchor) with K = 2, and with adaptive sampling."""
+    data: bool = False
+    """ProVer (anchor) with its continuations as training data, and with negative credit."""
     seq_mean: bool = False
     """GRPO and ProVer (anchor) with the sequence-mean loss too."""
     title: str = "LLM-shaped benchmark"
@@ -55,7 +59,7 @@ QUICK = Settings(seeds=2, steps=4, lrs=(1e-3, 3e-3), eval_every=4, eval_tasks=32
 MEDIUM = Settings(seeds=4, steps=10, lrs=(1e-4, 3e-4), eval_every=5, eval_tasks=32, eval_samples=2, tasks_per_step=4,
                   widen=1, seq_mean=True, title="medium")  # fmt: skip
 FULL = Settings(seeds=8, steps=40, lrs=(3e-5, 1e-4, 3e-4), eval_every=10, eval_tasks=64, eval_samples=4, extras=True,
-                seq_mean=True, widen=2, title="full")  # fmt: skip
+                data=True, seq_mean=True, widen=2, title="full")  # fmt: skip
 SGD = Settings(seeds=8, steps=20, lrs=(1.0, 3.0, 10.0), eval_every=10, eval_tasks=64, eval_samples=2, tasks_per_step=4,
                extras=True, widen=1, optimizer="sgd", workers=2, title="sgd")  # fmt: skip
 """Issue 22's optimizer factor (docs/benchmarks.md, "The SGD size"): plain SGD, 8 seeds, 2 processes."""
@@ -75,6 +79,11 @@ def arms(settings: Settings) -> list[Arm]:
         out += [
             Arm("ProVer, anchor judge, K=2", credit="prover", judge=lambda s: AnchorJudge(), k=2),
             Arm("ProVer, anchor judge, adaptive", credit="prover", judge=lambda s: AnchorJudge(), sampling="adaptive"),
+        ]
+    if settings.data:
+        out += [
+            Arm(DATA, credit="prover", judge=lambda s: AnchorJudge(), continuation_data=True),
+            Arm(NEGATIVE, credit="prover", judge=lambda s: AnchorJudge(), negative=True),
         ]
     if settings.seq_mean:
         out += [

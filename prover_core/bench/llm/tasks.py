@@ -196,6 +196,17 @@ def is_pivot(task: Task, state: State, action: Action) -> bool:
     return task.rooms[state.room] == task.goal and action == ("take", NONE)
 
 
+def is_mistake(task: Task, state: State, action: Action) -> bool:
+    """A decision that makes success impossible: leaving the goal room without its key (``skip``/``go`` while
+    not holding it), or swapping the goal key for another (``take`` in another key room while holding it)."""
+    item = task.rooms[state.room]
+    if item < 0:
+        return False
+    if item == task.goal:
+        return state.held != task.goal and action[0] in ("skip", "go")
+    return state.held == task.goal and action[0] == "take"
+
+
 @dataclass
 class Record:
     """One episode as tokens: the full sequence, each turn's state, observation start and action span."""

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from prover_core.bench.llm import model as M
-from prover_core.bench.llm.credit import gigpo_turns, grpo_turns, trajectory
+from prover_core.bench.llm.credit import continuation_turns, gigpo_turns, grpo_turns, trajectory
 from prover_core.bench.llm.engine import Engine, episodes, run, run_episode
 from prover_core.bench.llm.loss import Aggregation, policy_loss
 from prover_core.bench.llm.model import Tensor
@@ -31,7 +31,11 @@ TASKS_PER_STEP = 8
 
 @dataclass(frozen=True)
 class Arm:
-    """One training method: its credit (``grpo``, ``gigpo`` or ``prover``), judge, sizes and optimizer."""
+    """One training method: its credit (``grpo``, ``gigpo`` or ``prover``), judge, sizes and optimizer.
+
+    ProVer only: ``negative`` turns on the library's negative credit (``ProverConfig(negative_credit=True)``);
+    ``continuation_data`` trains on the verification's continuations too (:func:`train_run`).
+    """
 
     name: str
     credit: str = "grpo"
@@ -41,6 +45,8 @@ class Arm:
     aggregation: Aggregation = "token-mean"
     optimizer: str = "adam"
     sampling: Literal["fixed", "adaptive"] = "fixed"
+    negative: bool = False
+    continuation_data: bool = False
 
 
 @dataclass
@@ -54,6 +60,12 @@ class StepLog:
     accepted: int = 0
     accepted_on_pivot: int = 0
     seconds: float = 0.0
+    debited: int = 0
+    """Failed runs debited by negative credit (accepted ``drop`` groups)."""
+    debited_on_mistake: int = 0
+    """Of those, segments holding a decision that made success impossible (``tasks.is_mistake``)."""
+    data_rows: int = 0
+    """Continuations added to the loss as training data."""
 
 
 @dataclass
@@ -120,6 +132,25 @@ def turn_advantages_to_tokens(records: Sequence[Record], per_turn: Sequence[np.n
     return torch.tensor(adv, dtype=torch.float32)
 
 
+def with_continuations(
+    records: Sequence[Record], adv: Tensor, continuations: Sequence[tuple[tuple[str, int], Record]]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The loss rows of the group samples followed by one row per continuation: tokens, mask and advantages.
+
+    A continuation's row holds its boundary's token history (context, mask 0) and its own action tokens (mask
+    1) with :func:`~prover_core.bench.llm.credit.continuation_turns`; it enters the same token-mean (or
+    sequence-mean) as the group samples, each action token weighing the same as a group sample's.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    cont = [r for _, r in continuations]
+    tokens, mask = token_rows([*records, *cont])
+    length = tokens.shape[1]
+    extra = turn_advantages_to_tokens(cont, continuation_turns([b for b, _ in continuations], cont), length)
+    return tokens, mask, torch.cat([F.pad(adv, (0, length - adv.shape[1])), extra])
+
+
 def behaviour_clone(seed: int, steps: int = 300, batch: int = 16, lr: float = 3e-3) -> M.Params:
     """Next-token cross-entropy on the noisy expert's action tokens (token-mean), Adam, one-cycle lr schedule."""
     import torch
@@ -146,7 +177,7 @@ def evaluate(params: M.Params, tasks: int, samples: int, seed: int) -> float:
     engine = Engine(params, slots=tasks * samples)
     ts = [make_task(HELD_OUT + j) for j in range(tasks) for _ in range(samples)]
     seeds = [[seed, 99_999, i] for i in range(len(ts))]
-    recs: list[Record] = run(episodes(engine, ts, seeds))  # type: ignore[assignment]
+    recs: list[Record] = run(episodes(engine, ts, seeds))
     return float(np.mean([r.success for r in recs]))
 
 
@@ -157,9 +188,10 @@ def step_tasks(seed: int, step: int, count: int = TASKS_PER_STEP) -> list[int]:
 
 async def _prover_credit(
     engine: Engine, groups: list[list[Record]], judge: Judge, arm: Arm, seed: int, step: int, log: StepLog, length: int
-) -> np.ndarray:
+) -> tuple[np.ndarray, list[tuple[tuple[str, int], Record]]]:
     """ProVer's advantages on the token rows (``BonusResult.token_advantages``), through ``acompute_bonus``
-    with a ``continue_from`` that restores the exact state and token history."""
+    with a ``continue_from`` that restores the exact state and token history; and every continuation with its
+    boundary ``(trajectory id, turn)``."""
     by_id: dict[str, Record] = {}
     trajectories: list[Trajectory] = []
     for g, group in enumerate(groups):
@@ -167,24 +199,30 @@ async def _prover_credit(
             tid = f"s{step}g{g}e{j}"
             by_id[tid] = r
             trajectories.append(trajectory(r, tid, f"s{step}g{g}"))
+    continuations: list[tuple[tuple[str, int], Record]] = []
 
     async def continue_from(traj: Trajectory, turn: int, cseed: int) -> Outcome:
         out = await run_episode(engine, restored(by_id[traj.id], turn), cseed)
         log.extra_turns += out.turns
         log.extra_tokens += out.action_tokens  # the restored record holds only this continuation's turns
+        continuations.append(((traj.id, turn), out))
         return Outcome(success=out.success, turns=out.turns)
 
-    config = ProverConfig(k=arm.k, sampling=arm.sampling, seed=seed, max_concurrency=256)
+    config = ProverConfig(k=arm.k, sampling=arm.sampling, seed=seed, max_concurrency=256, negative_credit=arm.negative)
     result = await acompute_bonus(trajectories, judge=judge, config=config, continue_from=continue_from)
     for rec in result.report.groups:
         if rec.verification is not None:
             log.verified += 1
         if rec.status == "accepted" and rec.proposal is not None and rec.trajectory_id:
-            log.accepted += 1
             seg = rec.proposal.segment
-            t = trajectories[list(by_id).index(rec.trajectory_id)]
-            log.accepted_on_pivot += any(t.turns[x].info["pivot"] for x in range(seg.start, seg.end + 1))
-    return np.stack([result.token_advantages(t.id, length) for t in trajectories])
+            turns = [trajectories[list(by_id).index(rec.trajectory_id)].turns[x] for x in range(seg.start, seg.end + 1)]
+            if rec.direction == "gain":
+                log.accepted += 1
+                log.accepted_on_pivot += any(turn.info["pivot"] for turn in turns)
+            else:
+                log.debited += 1
+                log.debited_on_mistake += any(turn.info["mistake"] for turn in turns)
+    return np.stack([result.token_advantages(t.id, length) for t in trajectories]), continuations
 
 
 def train_run(
@@ -214,7 +252,7 @@ def train_run(
         ts = time.perf_counter()
         tasks = [make_task(t) for t in step_tasks(seed, step, tasks_per_step) for _ in range(arm.group_size)]
         seeds = [[seed, 1000 + step, i] for i in range(len(tasks))]
-        records: list[Record] = run(episodes(engine, tasks, seeds))  # type: ignore[assignment]
+        records: list[Record] = run(episodes(engine, tasks, seeds))
         groups = [records[g * arm.group_size : (g + 1) * arm.group_size] for g in range(tasks_per_step)]
         log = StepLog(sum(r.turns for r in records), 0, sum(r.action_tokens for r in records), 0,
                       float(np.mean([r.success for r in records])))  # fmt: skip
@@ -224,8 +262,13 @@ def train_run(
         elif arm.credit == "gigpo":
             adv = turn_advantages_to_tokens(records, gigpo_turns(groups), tokens.shape[1])
         elif arm.credit == "prover" and judge is not None:
-            rows = run(_prover_credit(engine, groups, judge, arm, seed * 100_000 + step, step, log, tokens.shape[1]))
+            rows, continuations = run(
+                _prover_credit(engine, groups, judge, arm, seed * 100_000 + step, step, log, tokens.shape[1])
+            )
             adv = torch.tensor(rows, dtype=torch.float32)
+            if arm.continuation_data and continuations:
+                tokens, mask, adv = with_continuations(records, adv, continuations)
+                log.data_rows = len(continuations)
         else:
             raise ValueError(f"unknown credit {arm.credit!r} (ProVer needs a judge)")
         loss = policy_loss(token_logp(params, tokens), adv, mask, arm.aggregation)
