@@ -93,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument(
         "--size",
-        choices=("quick", "medium", "full", "sgd"),
-        help="--only llm: the size (default: full; quick with --quick; sgd: the plain-SGD factor)",
+        choices=("quick", "medium", "full", "sgd", "adam"),
+        help="--only llm: the size (default: full; quick with --quick; sgd: the plain-SGD factor; adam: its Adam "
+        "twin with every ProVer arm)",
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress bars")
     bench.add_argument("what", nargs="?", choices=("judges",), help="judges: the judge harness (judges x environments)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prover_core.bench.llm import TORCH_INSTALL
 
-SIZES = ("quick", "medium", "full", "sgd")
+SIZES = ("quick", "medium", "full", "sgd", "adam")
 
 
 def llm_command(size: str, out: str) -> int:
@@ -24,9 +24,9 @@ def llm_command(size: str, out: str) -> int:
             file=sys.stderr,
         )
         return 2
-    from prover_core.bench.llm.run import FULL, MEDIUM, QUICK, SGD, run_llm
+    from prover_core.bench.llm.run import ADAM, FULL, MEDIUM, QUICK, SGD, run_llm
 
-    settings = {"quick": QUICK, "medium": MEDIUM, "full": FULL, "sgd": SGD}[size]
+    settings = {"quick": QUICK, "medium": MEDIUM, "full": FULL, "sgd": SGD, "adam": ADAM}[size]
     command = f"prover bench --only llm --size {size} --out {out}"
     print(run_llm(settings, Path(out), command))
     print(f"written to {out}/ (llm.md, results.json)")

@@ -63,6 +63,9 @@ FULL = Settings(seeds=8, steps=40, lrs=(3e-5, 1e-4, 3e-4), eval_every=10, eval_t
 SGD = Settings(seeds=8, steps=20, lrs=(1.0, 3.0, 10.0), eval_every=10, eval_tasks=64, eval_samples=2, tasks_per_step=4,
                extras=True, widen=1, optimizer="sgd", workers=2, title="sgd")  # fmt: skip
 """Issue 22's optimizer factor (docs/benchmarks.md, "The SGD size"): plain SGD, 8 seeds, 2 processes."""
+ADAM = Settings(seeds=8, steps=20, lrs=(1e-4, 3e-4), eval_every=10, eval_tasks=64, eval_samples=2, tasks_per_step=4,
+                extras=True, data=True, widen=1, workers=2, title="adam")  # fmt: skip
+"""The SGD size's Adam twin with every ProVer arm (docs/benchmarks.md, "The Adam size"): 8 seeds, 2 processes."""
 
 
 def arms(settings: Settings) -> list[Arm]:
