@@ -37,7 +37,7 @@ def load(path: Path) -> tuple[Settings, dict[int, float], Runs]:
     for r in saved["runs"]:
         run = LLMRun(**(r | {"logs": [StepLog(**x) for x in r["logs"]]}))
         runs.setdefault(run.arm, {}).setdefault(run.lr, []).append(run)
-    return Settings(**s | {"data": True}), {int(k): v for k, v in saved["start_success"].items()}, runs
+    return Settings(**s | {"more": True}), {int(k): v for k, v in saved["start_success"].items()}, runs
 
 
 def plain(run: LLMRun) -> tuple[list[float], list[int], list[int]]:

@@ -145,7 +145,14 @@ def test_the_behaviour_cloned_start_is_in_the_target_band(start: M.Params) -> No
     assert 0.10 <= success <= 0.30, success
 
 
-@pytest.mark.parametrize("arm", ["ProVer, anchor judge, adaptive", "ProVer, anchor judge, continuations as data"])
+@pytest.mark.parametrize(
+    "arm",
+    [
+        "ProVer, anchor judge, adaptive",
+        "ProVer, anchor judge, continuations as data",
+        "ProVer, library default (choice judge, K=4)",
+    ],
+)
 def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params, arm: str) -> None:
     """``Settings.workers`` only changes where a job runs: a job rebuilt by name in a spawned process (the judge
     included) trains, verifies and evaluates exactly as in this one; the SGD size's arms all use plain SGD.
@@ -158,7 +165,7 @@ def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params, a
 
     assert {a.optimizer for a in arms(SGD)} == {"sgd"}
     assert {a.name: a.sampling for a in arms(SGD)}["ProVer, anchor judge, adaptive"] == "adaptive"
-    tiny = dataclasses.replace(SGD, seeds=1, steps=2, eval_every=2, eval_tasks=4, eval_samples=1, data=True)
+    tiny = dataclasses.replace(SGD, seeds=1, steps=2, eval_every=2, eval_tasks=4, eval_samples=1, more=True)
     job = Job(arm, 8, 0, 3.0)
 
     def plain(run: TR.LLMRun) -> dict[str, object]:

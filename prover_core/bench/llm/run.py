@@ -17,10 +17,12 @@ from prover_core.bench.llm import report
 from prover_core.bench.llm.credit import OracleJudge, SameLengthRandomJudge, matched_group_size
 from prover_core.bench.llm.engine import threads
 from prover_core.bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, train_run
-from prover_core.judges import AnchorJudge
+from prover_core.config import ProverConfig
+from prover_core.judges import AnchorJudge, ChoiceJudge
 
 ANCHOR = "ProVer, anchor judge"
 DATA = "ProVer, anchor judge, continuations as data"
+DEFAULT = f"ProVer, library default (choice judge, K={ProverConfig().k})"
 NEGATIVE = "ProVer, anchor judge, negative credit"
 Runs = dict[str, dict[float, list[LLMRun]]]
 
@@ -39,8 +41,9 @@ class Settings:
     """Times the lr grid is widened (by a factor 3 beyond the edge) while some arm's best lr is on an edge."""
     extras: bool = False
     """ProVer (anchor) with K = 2, and with adaptive sampling."""
-    data: bool = False
-    """ProVer (anchor) with its continuations as training data, and with negative credit."""
+    more: bool = False
+    """ProVer with the library's default configuration (choice judge, K = 4), and ProVer (anchor) with its
+    continuations as training data and with negative credit."""
     seq_mean: bool = False
     """GRPO and ProVer (anchor) with the sequence-mean loss too."""
     title: str = "LLM-shaped benchmark"
@@ -59,12 +62,12 @@ QUICK = Settings(seeds=2, steps=4, lrs=(1e-3, 3e-3), eval_every=4, eval_tasks=32
 MEDIUM = Settings(seeds=4, steps=10, lrs=(1e-4, 3e-4), eval_every=5, eval_tasks=32, eval_samples=2, tasks_per_step=4,
                   widen=1, seq_mean=True, title="medium")  # fmt: skip
 FULL = Settings(seeds=8, steps=40, lrs=(3e-5, 1e-4, 3e-4), eval_every=10, eval_tasks=64, eval_samples=4, extras=True,
-                data=True, seq_mean=True, widen=2, title="full")  # fmt: skip
+                more=True, seq_mean=True, widen=2, title="full")  # fmt: skip
 SGD = Settings(seeds=8, steps=20, lrs=(1.0, 3.0, 10.0), eval_every=10, eval_tasks=64, eval_samples=2, tasks_per_step=4,
                extras=True, widen=1, optimizer="sgd", workers=2, title="sgd")  # fmt: skip
 """Issue 22's optimizer factor (docs/benchmarks.md, "The SGD size"): plain SGD, 8 seeds, 2 processes."""
 ADAM = Settings(seeds=8, steps=20, lrs=(1e-4, 3e-4), eval_every=10, eval_tasks=64, eval_samples=2, tasks_per_step=4,
-                extras=True, data=True, widen=1, workers=2, title="adam")  # fmt: skip
+                extras=True, more=True, widen=1, workers=2, title="adam")  # fmt: skip
 """The SGD size's Adam twin with every ProVer arm (docs/benchmarks.md, "The Adam size"): 8 seeds, 2 processes."""
 
 
@@ -83,8 +86,9 @@ def arms(settings: Settings) -> list[Arm]:
             Arm("ProVer, anchor judge, K=2", credit="prover", judge=lambda s: AnchorJudge(), k=2),
             Arm("ProVer, anchor judge, adaptive", credit="prover", judge=lambda s: AnchorJudge(), sampling="adaptive"),
         ]
-    if settings.data:
+    if settings.more:
         out += [
+            Arm(DEFAULT, credit="prover", judge=lambda s: ChoiceJudge(), k=ProverConfig().k),
             Arm(DATA, credit="prover", judge=lambda s: AnchorJudge(), continuation_data=True),
             Arm(NEGATIVE, credit="prover", judge=lambda s: AnchorJudge(), negative=True),
         ]
@@ -111,7 +115,11 @@ class Job:
 def _run_job(settings: Settings, job: Job, start: Any, start_success: float) -> LLMRun:
     threads()
     named = {a.name: a for a in arms(settings)}
-    arm = named.get(job.arm) or Arm(report.MATCHED, group_size=job.group_size, optimizer=settings.optimizer)
+    if job.arm == report.MATCHED:
+        named[job.arm] = Arm(report.MATCHED, group_size=job.group_size, optimizer=settings.optimizer)
+    if job.arm not in named:
+        raise KeyError(f"no arm {job.arm!r} in these settings; arms: {sorted(named)}")
+    arm = named[job.arm]
     return train_run(arm, start, job.seed, job.lr, settings.steps, settings.checkpoints(), settings.eval_tasks,
                      settings.eval_samples, start_success, settings.tasks_per_step)  # fmt: skip
 
