@@ -22,10 +22,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from prover_core.bench.llm import report
-from prover_core.bench.llm.run import DATA, NEGATIVE, Job, Settings, _run_job, _start
+from prover_core.bench.llm.run import DATA, NEGATIVE, Job, Runs, Settings, _run_job, _start, train_jobs
 from prover_core.bench.llm.train import LLMRun, StepLog
-
-Runs = dict[str, dict[float, list[LLMRun]]]
 
 
 def load(path: Path) -> tuple[Settings, dict[int, float], Runs]:
@@ -67,12 +65,7 @@ def main() -> None:
                      f"{plain(saved)}; not paired, stopping")  # fmt: skip
         print(f"paired: BC starts and GRPO seed {seeds[0]} lr {lrs[0]:g} reproduce the saved run", flush=True)
         jobs = [Job(arm, 8, s, lr) for lr in lrs for arm in (DATA, NEGATIVE) for s in seeds]
-        done = pool.map(_run_job, [settings] * len(jobs), jobs, [starts[j.seed][0] for j in jobs],
-                        [starts[j.seed][1] for j in jobs])  # fmt: skip
-        for job, r in zip(jobs, done, strict=True):
-            runs.setdefault(job.arm, {}).setdefault(job.lr, []).append(r)
-            print(f"{job.arm} lr {job.lr:g} seed {job.seed}: {r.success[-1]:.3f} (extra env steps "
-                  f"{100 * r.extra_share():.0f}%, {r.seconds:.0f} s)", flush=True)  # fmt: skip
+        train_jobs(settings, pool, jobs, {s: starts[s][0] for s in seeds}, saved_start, runs)
     minutes = (time.perf_counter() - t0) / 60
     title = "sgd size with continuations as data and negative credit: `python benchmarks/llm_data_arms.py`"
     text = report.markdown(runs, title, [saved_start[s] for s in seeds], minutes)

@@ -174,17 +174,25 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def train_jobs(
+    settings: Settings, pool: Executor, jobs: Sequence[Job], starts: dict[int, Any], start_success: dict[int, float],
+    runs: Runs,
+) -> None:  # fmt: skip
+    """Run ``jobs`` on ``pool`` from their seeds' BC starts; add each run to ``runs[arm][lr]`` and report it."""
+    done = pool.map(_run_job, [settings] * len(jobs), jobs, [starts[j.seed] for j in jobs],
+                    [start_success[j.seed] for j in jobs])  # fmt: skip
+    for job, r in zip(jobs, done, strict=True):
+        runs.setdefault(job.arm, {}).setdefault(job.lr, []).append(r)
+        _say(f"{job.arm} lr {job.lr:g} seed {job.seed}: {r.success[-1]:.3f} (extra env steps "
+             f"{100 * r.extra_share():.0f}%, {r.seconds:.0f} s)")  # fmt: skip
+
+
 def _columns(settings: Settings, pool: Executor, starts: dict[int, Any], start_success: dict[int, float]) -> Runs:
     """Every arm at every lr of the grid, widened while a best lr is on an edge (``settings.widen`` times)."""
     runs: Runs = {}
 
     def train(jobs: Sequence[Job]) -> None:
-        done = pool.map(_run_job, [settings] * len(jobs), jobs, [starts[j.seed] for j in jobs],
-                        [start_success[j.seed] for j in jobs])  # fmt: skip
-        for job, r in zip(jobs, done, strict=True):
-            runs.setdefault(job.arm, {}).setdefault(job.lr, []).append(r)
-            _say(f"{job.arm} lr {job.lr:g} seed {job.seed}: {r.success[-1]:.3f} (extra env steps "
-                 f"{100 * r.extra_share():.0f}%, {r.seconds:.0f} s)")  # fmt: skip
+        train_jobs(settings, pool, jobs, starts, start_success, runs)
 
     def column(lr: float) -> None:
         """Every arm at ``lr``; budget-matched GRPO last, sized by ProVer (anchor)'s measured cost at ``lr``."""

@@ -210,12 +210,13 @@ async def _prover_credit(
 
     config = ProverConfig(k=arm.k, sampling=arm.sampling, seed=seed, max_concurrency=256, negative_credit=arm.negative)
     result = await acompute_bonus(trajectories, judge=judge, config=config, continue_from=continue_from)
+    by_tid = {t.id: t for t in trajectories}
     for rec in result.report.groups:
         if rec.verification is not None:
             log.verified += 1
         if rec.status == "accepted" and rec.proposal is not None and rec.trajectory_id:
             seg = rec.proposal.segment
-            turns = [trajectories[list(by_id).index(rec.trajectory_id)].turns[x] for x in range(seg.start, seg.end + 1)]
+            turns = [by_tid[rec.trajectory_id].turns[x] for x in range(seg.start, seg.end + 1)]
             if rec.direction == "gain":
                 log.accepted += 1
                 log.accepted_on_pivot += any(turn.info["pivot"] for turn in turns)
