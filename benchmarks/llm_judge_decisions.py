@@ -46,8 +46,13 @@ def main() -> None:
         success = min((t for t in trajectories if t.success), key=lambda t: t.num_turns)
         record = records[trajectories.index(success)]
         failures = [t for t in trajectories if not t.success]
+        others = [t for t in trajectories if t.success and t is not success]
         for name, judge in (("ChoiceJudge", ChoiceJudge()), ("AnchorJudge", AnchorJudge())):
-            proposal = judge.propose(success, failures, rules)
+            proposal = (
+                judge.propose(success, failures, rules, others=others)  # as compute_bonus calls it
+                if isinstance(judge, ChoiceJudge)
+                else judge.propose(success, failures, rules)
+            )
             if not isinstance(proposal, Proposal):
                 counts[(name, "declined")] += 1
                 continue

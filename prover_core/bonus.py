@@ -9,7 +9,9 @@ Optional negative credit (``config.negative_credit``, off by default; not in the
 success rate lies strictly inside ``(negative_trigger_low, negative_trigger_high)`` (default (0.5, 1))
 has its longest failed trajectory (ties: smallest id) segmented by the same judge, called with the
 roles swapped: ``judge.propose(failed_run, successful_runs, rules)``, i.e. "where did this run do what
-the successful runs did not". The drop is verified (``p_pre > p_post`` by the configured rule or the
+the successful runs did not". A judge whose ``propose`` takes ``others`` (:class:`~prover_core.judges.ChoiceJudge`)
+also gets the group's other runs with the representative's outcome (other successes; other failures when
+the roles are swapped). The drop is verified (``p_pre > p_post`` by the configured rule or the
 adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that segment's turns.
 
 Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): a line per finished eligible
@@ -211,6 +213,7 @@ async def _credit_group(
         success = longest_failure(members)
         failures = [t for t in members if t.success]
         lam = config.debit_lam
+    others = [t for t in members if t.success == success.success and t.id != success.id]
     successes = sum(t.success for t in members)
 
     def record(status: Status, stage: Stage, reason: str, **found: Any) -> GroupRecord:
@@ -230,7 +233,7 @@ async def _credit_group(
     try:
         with clock.stage("propose"):
             answer = await asyncio.wait_for(
-                propose(judge, success, failures, config.segment_rules), config.judge_timeout_s
+                propose(judge, success, failures, config.segment_rules, others), config.judge_timeout_s
             )
     except asyncio.TimeoutError:  # propose() turns the judge's own errors into JudgeError: this is our limit
         timed_out = JudgeTimeoutError(f"judge timed out after {config.judge_timeout_s} s")

@@ -6,7 +6,9 @@ Its answer is re-checked against :class:`~prover_core.data.SegmentRules` here, w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 
 from prover_core._aio import call_user
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
@@ -14,16 +16,37 @@ from prover_core.errors import InvalidSegmentError, JudgeError, ProverError
 from prover_core.protocols import Judge
 
 
+def takes_others(judge: Judge) -> bool:
+    """Whether ``judge.propose`` has a keyword-only parameter ``others`` (the group's other runs with the
+    representative's outcome). Keyword-only, so a plain judge that happens to call its second argument
+    ``others`` keeps the three-argument protocol."""
+    try:
+        param = inspect.signature(judge.propose).parameters.get("others")
+    except (TypeError, ValueError):  # a callable without a signature (a builtin): the plain protocol
+        return False
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
 async def propose(
-    judge: Judge, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules
+    judge: Judge,
+    success: Trajectory,
+    failures: Sequence[Trajectory],
+    rules: SegmentRules,
+    others: Sequence[Trajectory] = (),
 ) -> Proposal | Decline:
     """The judge's proposal, checked; a :class:`Decline` passes through.
 
+    ``others`` (the group's other runs with ``success``'s outcome) reach only judges whose ``propose``
+    has a keyword-only parameter of that name (:func:`takes_others`); the rest get the plain protocol's
+    three arguments.
     Raises :class:`JudgeError` if the judge raises or answers with something else, and
     :class:`InvalidSegmentError` if its segment breaks ``rules``.
     """
+    method: Callable[..., object] = judge.propose
+    if takes_others(judge):
+        method = functools.partial(method, others=others)
     try:
-        answer = await call_user(judge.propose, success, failures, rules, threaded=True)  # sync judges overlap
+        answer = await call_user(method, success, failures, rules, threaded=True)  # sync judges overlap
     except ProverError:
         raise
     except Exception as exc:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prover_core import Decline, Proposal, SegmentRules, Trajectory, Turn
-from prover_core.judges.choice import ChoiceJudge
+from prover_core import Decline, Proposal, SegmentRules, Trajectory, Turn, compute_bonus
+from prover_core.judges.choice import ChoiceEvidence, ChoiceJudge, fisher_p
 from prover_core.judges.combine import FirstOf
 from prover_core.judges.keys import repeating_key, value_key, volatile_tokens
 from prover_core.judges.random_segment import RandomJudge
+from prover_core.propose import takes_others
 from tests.conftest import make_trajectory
 
 SUCCESS = make_trajectory(
@@ -165,3 +168,103 @@ def test_among_choice_evidence_a_choice_that_changed_the_state_comes_before_a_no
     assert [(e.p, e.changed, e.led_away) for e in stats] == [(0.25, False, False), (0.25, True, False)]
     p = ChoiceJudge().propose(success, failures, SegmentRules())
     assert isinstance(p, Proposal) and p.segment.start == 1 and "choice evidence" in p.rationale
+
+
+# -- other successes: the exact Fisher test over every run at the state --------------------------------
+
+
+def brute_force_p(runs: int, successes: int, choosers: int, successful_choosers: int) -> float:
+    """The permutation definition: every placement of the successes among the runs equally likely, the share
+    of placements with at least ``successful_choosers`` of them among the first ``choosers`` runs."""
+    placements = list(itertools.combinations(range(runs), successes))
+    return sum(sum(r < choosers for r in p) >= successful_choosers for p in placements) / len(placements)
+
+
+def test_fisher_p_by_hand_and_by_enumeration() -> None:
+    assert fisher_p(8, 2, 2, 2) == pytest.approx(1 / 28)  # both successes among the 2 choosers of 8 runs
+    assert fisher_p(8, 2, 1, 1) == pytest.approx(2 / 8)  # one chooser, a success: 1 - C(6,1)/C(8,1)
+    assert fisher_p(5, 1, 2, 1) == pytest.approx(2 / 5)  # one success: (k+1)/(m+1) with m=4, k=1
+    for runs in range(1, 9):
+        for successes in range(1, runs + 1):
+            for choosers in range(1, runs + 1):
+                for hits in range(1, min(successes, choosers) + 1):
+                    assert fisher_p(runs, successes, choosers, hits) == pytest.approx(
+                        brute_force_p(runs, successes, choosers, hits)
+                    )
+
+
+@given(st.integers(0, 12), st.data())
+def test_with_one_success_p_is_the_share_of_choosers(m: int, data: st.DataObject) -> None:
+    k = data.draw(st.integers(0, m))
+    e = ChoiceEvidence(turn=0, visited=m, took=k, changed=True, stochastic=False)
+    assert e.p == pytest.approx((k + 1) / (m + 1))
+
+
+OTHER = make_trajectory("s2", "g", True, ["east", "take key", "east", "open"], ["hall", "room", "room+key", "door"])
+STRAYED = make_trajectory("s3", "g", True, ["east", "look", "east", "open"], ["hall", "room", "room", "door"])
+
+
+def test_another_success_that_chose_the_same_is_evidence() -> None:
+    # turn 2 at 'room': failures as before (m=3, k=0); s2 stood at 'room' and took the key too (i=1, j=1):
+    # 5 runs at 'room', 2 successes, both among the 2 choosers: p = 1/C(5,2) = 1/10 (alone: 1/4)
+    stats = ChoiceJudge().evidence(SUCCESS, FAILURES, last=3, others=[OTHER])
+    assert (stats[2].others_visited, stats[2].others_took) == (1, 1)
+    assert stats[2].p == pytest.approx(1 / 10) and not stats[2].contradicted
+    p = ChoiceJudge().propose(SUCCESS, FAILURES, SegmentRules(), others=[OTHER])
+    assert isinstance(p, Proposal) and p.segment.start == 2
+    assert "1 of 1 other successful run(s) there did too" in p.rationale and "p=0.10" in p.rationale
+
+
+def test_another_success_that_chose_otherwise_at_the_state_contradicts_the_choice() -> None:
+    # s3 stood at 'room' and never took the key: the room was won without it. Turn 2 is no candidate at any
+    # level (it was the only one), so the judge declines and says why.
+    stats = ChoiceJudge().evidence(SUCCESS, FAILURES, last=3, others=[STRAYED])
+    assert (stats[2].others_visited, stats[2].others_took) == (1, 0) and stats[2].contradicted
+    assert stats[2].p == pytest.approx(fisher_p(5, 2, 1, 1)) == pytest.approx(2 / 5)
+    d = ChoiceJudge().propose(SUCCESS, FAILURES, SegmentRules(), others=[STRAYED])
+    assert isinstance(d, Decline) and "1 turn(s) where other successful run(s) at the state chose otherwise" in d.reason
+    # a success that never stood at 'room' says nothing about the choice there
+    elsewhere = make_trajectory("s4", "g", True, ["north", "open"], ["yard", "gate"])
+    e = ChoiceJudge().evidence(SUCCESS, FAILURES, last=3, others=[elsewhere])[2]
+    assert (e.others_visited, e.p, e.contradicted) == (0, 0.25, False)
+
+
+def test_the_smallest_p_comes_before_the_tie_preferences() -> None:
+    # turn 0 'pull' at 'a' changes the state, p = 1/4 (m=3, k=0); turn 1 'wait' at 'b' is a no-op but a second
+    # success waited there too and the 3 failures at 'b' did not: 5 runs, 2 successes, 2 choosers, p = 1/10
+    success = make_trajectory("s", "g", True, ["pull", "wait", "open"], ["a", "b", "b"])
+    failures = [make_trajectory(f"f{i}", "g", False, ["east", "east", "push"], ["a", "x", "b"]) for i in range(3)]
+    other = make_trajectory("s2", "g", True, ["wait", "open"], ["b", "b"])
+    stats = ChoiceJudge().evidence(success, failures, last=1, others=[other])
+    assert [(round(e.p, 3), e.changed) for e in stats] == [(0.25, True), (0.1, False)]
+    p = ChoiceJudge().propose(success, failures, SegmentRules(), others=[other])
+    assert isinstance(p, Proposal) and p.segment.start == 1
+    assert ChoiceJudge().propose(success, failures, SegmentRules()).segment.start == 0  # type: ignore[union-attr]
+
+
+class KeepsOthers:
+    """A judge with the keyword-only ``others``: records what compute_bonus hands it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[str], list[str]]] = []
+
+    def propose(
+        self, success: Trajectory, failures: list[Trajectory], rules: SegmentRules, *, others: Sequence[Trajectory] = ()
+    ) -> Decline:
+        self.seen.append((success.id, sorted(t.id for t in failures), sorted(t.id for t in others)))
+        return Decline(reason="recorded")
+
+
+def test_compute_bonus_hands_the_other_successes_to_judges_that_take_them() -> None:
+    runs = [
+        make_trajectory("a", "g", True, ["x", "y"]),
+        make_trajectory("b", "g", True, ["x", "y", "z"]),
+        *[make_trajectory(f"f{i}", "g", False, ["x", "x", "x"]) for i in range(6)],
+    ]
+    judge = KeepsOthers()
+    compute_bonus(runs, judge=judge, continue_from=lambda t, b, s: True)
+    assert judge.seen == [("a", [f"f{i}" for i in range(6)], ["b"])]  # the shortest success; the other one
+    combined = KeepsOthers()
+    compute_bonus(runs, judge=FirstOf(Declines(), combined), continue_from=lambda t, b, s: True)
+    assert combined.seen == judge.seen  # FirstOf forwards them
+    assert takes_others(ChoiceJudge()) and takes_others(FirstOf(Declines())) and not takes_others(Declines())

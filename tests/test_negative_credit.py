@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from prover_core import (
+    ChoiceJudge,
     DivergenceJudge,
     ProverConfig,
     SegmentRules,
@@ -145,3 +146,23 @@ def test_vault_debit_matches_exact_values() -> None:
                 walked_past_key += 1
                 assert v_post == 0.0 and g.verification.post_successes == 0
     assert debited >= 1 and walked_past_key >= 1
+
+
+def test_the_choice_judge_under_swapped_roles_counts_the_other_failed_runs() -> None:
+    # 4 successes go a, b, c; the longest failure 'f' and a second failure 'f2' both chose 'x' at 's1'. With
+    # the roles swapped, 'f2' is the other run with f's outcome: it made the same mistake at the same state,
+    # so the choice is evidence (6 runs at 's1': 2 failed, both among the 2 that chose 'x', p = 1/C(6,2) = 1/15).
+    good = [make_trajectory(f"s{i}", "g", True, ["a", "b", "c"]) for i in range(4)]
+    f = make_trajectory("f", "g", False, ["a", "x", "y", "z"], ["s0", "s1", "bad2", "bad3"])
+    f2 = make_trajectory("f2", "g", False, ["a", "x", "y"], ["s0", "s1", "bad2"])
+    result = compute_bonus(
+        [*good, f, f2],
+        judge=ChoiceJudge(),
+        continue_from=lambda t, turn, seed: turn <= 1,
+        config=ProverConfig(k=8, negative_credit=True),
+    )
+    (record,) = result.report.groups
+    assert record.direction == "drop" and record.trajectory_id == "f" and record.proposal is not None
+    assert (record.proposal.segment.start, record.proposal.segment.end) == (1, 1)
+    assert "1 of 1 other failed run(s) there did too (p=0.07" in record.proposal.rationale
+    assert record.status == "accepted" and result.turn_bonus["f"][1] == pytest.approx(-1.0)

@@ -3,7 +3,8 @@
 ``FirstOf(ChoiceJudge(), llm)`` asks the rule judge first and the LLM only when the rule judge declines
 (no evidence in the group's statistics); when every judge declines, the decline lists each reason.
 Each answer is checked against the segment rules as ``compute_bonus`` would check it, so an invalid
-segment from an earlier judge raises rather than being passed over.
+segment from an earlier judge raises rather than being passed over; ``others`` (the group's other
+successful runs) reach the judges that take them.
 """
 
 from __future__ import annotations
@@ -34,13 +35,18 @@ class FirstOf:
                 step()
 
     async def propose(
-        self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules
+        self,
+        success: Trajectory,
+        failures: Sequence[Trajectory],
+        rules: SegmentRules,
+        *,
+        others: Sequence[Trajectory] = (),
     ) -> Proposal | Decline:
         from prover_core.propose import propose
 
         reasons = []
         for judge in self.judges:
-            answer = await propose(judge, success, failures, rules)
+            answer = await propose(judge, success, failures, rules, others)
             if isinstance(answer, Proposal):
                 return answer
             reasons.append(f"{type(judge).__name__}: {answer.reason}")

@@ -1,0 +1,83 @@
+"""The default judge's nominations split by how many successes their group had, and what the gymnasium tables hold.
+
+    python benchmarks/judge_by_successes.py [--held-out] [--seed 0]
+
+For every eligible group of the judge harness (``prover bench judges --quick``: 2 batches of 16 groups x 8 per
+tabular environment, the same batches) the choice judge is asked as ``compute_bonus`` asks it (the group's other
+successes as ``others``); its nominations are split by whether the group had one success or more, with the mean
+exact decision value of the nominated turn and, in brackets, of a random turn of the same run. Then, per
+gymnasium table: the mean over groups of the best single turn's decision value in the representative run (what a
+perfect one-turn judge would find), and the mean value of the run's choices that are rare at their state (at most
+a fifth of the group's choices there). No verification: proposals only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+from collections.abc import Hashable
+
+from prover_core.bench.judge_cases import CORRIDORS, HELD_OUT, LUCK, NONCE, TOY_TEXT, tabular_case
+from prover_core.bench.judge_eval import groups_of, matched_decision
+from prover_core.config import ProverConfig
+from prover_core.data import Proposal
+from prover_core.judges.choice import ChoiceJudge
+from prover_core.judges.keys import repeating_key, value_key
+from prover_core.trigger import is_eligible, representative, success_rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--held-out", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    config = ProverConfig()
+    envs = HELD_OUT if args.held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
+    base = (args.seed + (7 if args.held_out else 0)) * 1000  # the harness's batch seeds
+    split: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    tables: dict[str, list[float]] = collections.defaultdict(list)
+    rare: dict[str, list[float]] = collections.defaultdict(list)
+    for env in envs:
+        for seed in (base, base + 1):
+            case = tabular_case(env, 16, 8, seed)
+            assert case.decision is not None
+            for members in groups_of(case.trajectories).values():
+                if not is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
+                    continue
+                run = representative(members)
+                failures = [t for t in members if not t.success]
+                others = [t for t in members if t.success and t.id != run.id]
+                values = case.decision[run.id][: run.num_turns - 1]
+                if env.kind == "gymnasium" and values:
+                    tables[env.name].append(max(values))
+                    key = repeating_key(members)
+                    chosen: collections.Counter[tuple[Hashable, Hashable]] = collections.Counter()
+                    at: collections.Counter[Hashable] = collections.Counter()
+                    for t in (turn for m in members for turn in m.turns):
+                        chosen[(key(t.observation), value_key(t.action))] += 1
+                        at[key(t.observation)] += 1
+                    for t, value in zip(run.turns, values, strict=False):
+                        o = key(t.observation)
+                        if chosen[(o, value_key(t.action))] <= at[o] / 5:
+                            rare[env.name].append(value)
+                answer = ChoiceJudge().propose(run, failures, config.segment_rules, others=others)
+                if not isinstance(answer, Proposal):
+                    continue
+                same = matched_decision(case, run, 1, config)
+                row = split[(env.kind, "one success" if not others else "more successes")]
+                row[0] += 1
+                row[1] += case.decision_value(run.id, answer.segment.start, answer.segment.end) or 0.0
+                row[2] += same or 0.0
+    print("| family | group | nominated | decision value (random turn of the run) |")
+    print("|---|---|---|---|")
+    for (kind, which), (n, value, same) in sorted(split.items()):
+        print(f"| {kind} | {which} | {n:.0f} | {value / n:+.3f} ({same / n:+.3f}) |")
+    print("\n| gymnasium table | groups | best turn of the run | rare choices of the run (turns) |")
+    print("|---|---|---|---|")
+    for name, best in tables.items():
+        r = rare[name]
+        print(f"| {name} | {len(best)} | {sum(best) / len(best):+.3f} | {sum(r) / len(r):+.3f} ({len(r)}) |")
+
+
+if __name__ == "__main__":
+    main()
