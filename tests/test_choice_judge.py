@@ -141,10 +141,14 @@ words = st.sampled_from(["a", "b", "c", "d"])
 @given(
     st.lists(st.tuples(words, words, st.booleans()), min_size=1, max_size=12),
     st.lists(st.lists(st.tuples(words, words), min_size=1, max_size=12), max_size=6),
+    st.lists(st.lists(st.tuples(words, words), min_size=1, max_size=12), max_size=3),
     st.integers(1, 4),
 )
 def test_every_answer_is_one_admissible_turn(
-    success_turns: list[tuple[str, str, bool]], failed: list[list[tuple[str, str]]], max_turns: int
+    success_turns: list[tuple[str, str, bool]],
+    failed: list[list[tuple[str, str]]],
+    succeeded: list[list[tuple[str, str]]],
+    max_turns: int,
 ) -> None:
     rules = SegmentRules(max_turns=max_turns)
     turns = [Turn(observation=o, action=a, info={"stochastic": s}) for o, a, s in success_turns]
@@ -152,9 +156,14 @@ def test_every_answer_is_one_admissible_turn(
     failures = [
         make_trajectory(f"f{i}", "g", False, [a for _, a in run], [o for o, _ in run]) for i, run in enumerate(failed)
     ]
-    answer = ChoiceJudge().propose(success, failures, rules)
+    others = [
+        make_trajectory(f"o{i}", "g", True, [a for _, a in run], [o for o, _ in run]) for i, run in enumerate(succeeded)
+    ]
+    answer = ChoiceJudge().propose(success, failures, rules, others=others)
     if isinstance(answer, Proposal):
         assert rules.violation(answer.segment, success) is None and answer.segment.num_turns == 1
+        evidence = ChoiceJudge().evidence(success, failures, answer.segment.start, others)[answer.segment.start]
+        assert not evidence.contradicted and 0.0 < evidence.p <= 1.0
     else:
         assert answer.reason
 
