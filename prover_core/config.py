@@ -36,7 +36,7 @@ class ProverConfig(BaseModel):
 
     # Verify: K continuations from each boundary.
     k: int = Field(default=4, ge=1)
-    """Continuations per boundary. *library* default 4 (the paper: 8): on the judge harness K = 4 keeps 89-100% of
+    """Continuations per boundary. *library* default 4 (the paper: 8): on the judge harness K = 4 keeps 90-100% of
     K = 8's credited decision value, and in training (``prover bench --only delta``) it learns as fast per step in
     every family, at half the cost. ``ProverConfig(k=8)`` is the paper's."""
     acceptance: Literal["delta_positive", "beta_posterior", "lower_confidence_bound"] = "delta_positive"
