@@ -165,4 +165,5 @@ def test_the_choice_judge_under_swapped_roles_counts_the_other_failed_runs() -> 
     assert record.direction == "drop" and record.trajectory_id == "f" and record.proposal is not None
     assert (record.proposal.segment.start, record.proposal.segment.end) == (1, 1)
     assert "1 of 1 other failed run(s) there did too (p=0.07" in record.proposal.rationale
+    assert "4 successful run(s) stood at the same state, 0 chose 'x'" in record.proposal.rationale
     assert record.status == "accepted" and result.turn_bonus["f"][1] == pytest.approx(-1.0)

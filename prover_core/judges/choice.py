@@ -188,39 +188,43 @@ class ChoiceJudge:
         if last < 0:
             return Decline(reason=f"trajectory has {success.num_turns} turns: no admissible segment")
         stats = self.evidence(success, failures, last, others)
-        alike = f"other {'successful' if success.success else 'failed'} run(s)"  # failed: negative credit
+        # under negative credit the roles are swapped: "success" is a failed run, "failures" the successes
+        unlike = "failed" if success.success else "successful"
+        alike = f"other {'successful' if success.success else 'failed'} run(s)"
         open_ = [e for e in stats if not e.contradicted]
         strong = [e for e in open_ if e.visited >= self.min_failures and e.p <= self.alpha]
         weak = [e for e in open_ if e.visited >= 1 and e.took == 0] if self.divergence else []
         led = [e for e in (*strong, *weak) if e.led_away]
         if led:
             top = min(led, key=lambda e: (e.p, e.tie, e.turn))
-            level = "a choice that led where no failed run went (p <= alpha, or no failed run at the state chose it)"
+            level = (
+                f"a choice that led where no {unlike} run went (p <= alpha, or no {unlike} run at the state chose it)"
+            )
         elif strong:
             top = min(strong, key=lambda e: (e.p, e.tie, e.turn))
             level = f"choice evidence (p <= alpha = {self.alpha})"
         elif weak:
             top = min(weak, key=lambda e: (e.tie, -e.visited, e.turn))
-            level = "divergence (weaker: too few failed runs at the state for p <= alpha)"
+            level = f"divergence (weaker: too few {unlike} runs at the state for p <= alpha)"
         else:
             best = min(open_ or stats, key=lambda e: (e.p, e.turn))
             contradicted = len(stats) - len(open_)
             return Decline(
                 reason=f"no choice evidence: the smallest p is {best.p:.2f} at turn {best.turn} "
-                f"(m={best.visited} failed runs at that state, k={best.took} made the same choice"
+                f"(m={best.visited} {unlike} runs at that state, k={best.took} made the same choice"
                 + (
                     f"; {best.others_took} of {best.others_visited} {alike} there did too"
                     if best.others_visited
                     else ""
                 )
-                + f"); alpha={self.alpha}, and no turn where failed runs at the state all chose otherwise"
+                + f"); alpha={self.alpha}, and no turn where {unlike} runs at the state all chose otherwise"
                 + (f"; {contradicted} turn(s) where {alike} at the state chose otherwise" if contradicted else "")
             )
         action = success.turns[top.turn].action
         return Proposal(
             segment=Segment(trajectory_id=success.id, start=top.turn, end=top.turn),
             rationale=(
-                f"turn {top.turn}, by {level}: {top.visited} failed run(s) stood at the same state, {top.took} "
+                f"turn {top.turn}, by {level}: {top.visited} {unlike} run(s) stood at the same state, {top.took} "
                 f"chose {action!r}"
                 + (f"; {top.others_took} of {top.others_visited} {alike} there did too" if top.others_visited else "")
                 + f" (p={top.p:.2f}"
