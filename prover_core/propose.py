@@ -42,10 +42,10 @@ async def propose(
     Raises :class:`JudgeError` if the judge raises or answers with something else, and
     :class:`InvalidSegmentError` if its segment breaks ``rules``.
     """
-    method: Callable[..., object] = judge.propose
-    if takes_others(judge):
-        method = functools.partial(method, others=others)
     try:
+        method: Callable[..., object] = judge.propose
+        if takes_others(judge):
+            method = functools.partial(method, others=others)
         answer = await call_user(method, success, failures, rules, threaded=True)  # sync judges overlap
     except ProverError:
         raise

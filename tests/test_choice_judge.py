@@ -277,3 +277,13 @@ def test_compute_bonus_hands_the_other_successes_to_judges_that_take_them() -> N
     compute_bonus(runs, judge=FirstOf(Declines(), combined), continue_from=lambda t, b, s: True)
     assert combined.seen == judge.seen  # FirstOf forwards them
     assert takes_others(ChoiceJudge()) and takes_others(FirstOf(Declines())) and not takes_others(Declines())
+
+
+def test_a_judge_inside_first_of_without_propose_is_a_recorded_skip() -> None:
+    runs = [
+        make_trajectory("a", "g", True, ["x", "y"]),
+        *[make_trajectory(f"f{i}", "g", False, ["x"]) for i in range(3)],
+    ]
+    result = compute_bonus(runs, judge=FirstOf(object()), continue_from=lambda t, b, s: True)  # type: ignore[arg-type]
+    (record,) = result.report.groups
+    assert record.status == "skipped" and "JudgeError" in record.reason and "propose" in record.reason
