@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from prover_core.bench.llm import report
-from prover_core.bench.llm.run import DATA, NEGATIVE, Job, Runs, Settings, _run_job, _start, train_jobs
+from prover_core.bench.llm.run import DATA, NEGATIVE, Job, Runs, Settings, _run_job, bc_starts, train_jobs
 from prover_core.bench.llm.train import LLMRun, StepLog
 
 
@@ -53,19 +53,19 @@ def main() -> None:
     seeds = sorted(saved_start)
     lrs = sorted(runs[report.BASE])
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        starts = dict(zip(seeds, pool.map(_start, [settings] * len(seeds), seeds), strict=True))
-        moved = {s: (starts[s][1], saved_start[s]) for s in seeds if starts[s][1] != saved_start[s]}
+        starts, start_success = bc_starts(settings, pool, seeds)
+        moved = {s: (start_success[s], saved_start[s]) for s in seeds if start_success[s] != saved_start[s]}
         if moved:
             sys.exit(f"BC starts differ from the saved run's (seed: (now, saved)): {moved}; not paired, stopping")
         check = Job(report.BASE, 8, seeds[0], lrs[0])
-        again = _run_job(settings, check, *starts[seeds[0]])
+        again = _run_job(settings, check, starts[seeds[0]], start_success[seeds[0]])
         saved = next(r for r in runs[report.BASE][lrs[0]] if r.seed == seeds[0])
         if plain(again) != plain(saved):
             sys.exit(f"GRPO seed {seeds[0]} lr {lrs[0]:g} does not reproduce the saved run: {plain(again)} != "
                      f"{plain(saved)}; not paired, stopping")  # fmt: skip
         print(f"paired: BC starts and GRPO seed {seeds[0]} lr {lrs[0]:g} reproduce the saved run", flush=True)
         jobs = [Job(arm, 8, s, lr) for lr in lrs for arm in (DATA, NEGATIVE) for s in seeds]
-        train_jobs(settings, pool, jobs, {s: starts[s][0] for s in seeds}, saved_start, runs)
+        train_jobs(settings, pool, jobs, starts, saved_start, runs)
     minutes = (time.perf_counter() - t0) / 60
     title = "sgd size with continuations as data and negative credit: `python benchmarks/llm_data_arms.py`"
     text = report.markdown(runs, title, [saved_start[s] for s in seeds], minutes)

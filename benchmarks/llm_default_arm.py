@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from prover_core.bench.llm import report
-from prover_core.bench.llm.run import ADAM, DEFAULT, QUICK, Job, Runs, _start, threads, train_jobs
+from prover_core.bench.llm.run import ADAM, DEFAULT, QUICK, Job, Runs, bc_starts, threads, train_jobs
 
 
 def main() -> None:
@@ -36,9 +36,7 @@ def main() -> None:
     runs: Runs = {}
     seeds = range(settings.seeds)
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        starts, success = {}, {}
-        for seed, (params, s) in zip(seeds, pool.map(_start, [settings] * len(seeds), seeds), strict=True):
-            starts[seed], success[seed] = params, s
+        starts, success = bc_starts(settings, pool, seeds)
         jobs = [Job(arm, 8, seed, lr) for lr in lrs for arm in (report.BASE, DEFAULT) for seed in seeds]
         train_jobs(settings, pool, jobs, starts, success, runs)
     minutes = (time.perf_counter() - t0) / 60

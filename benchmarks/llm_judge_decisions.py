@@ -13,6 +13,7 @@ verification and no transformer: the judges' nominations on the BC teacher's gro
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 
 import numpy as np
@@ -21,6 +22,7 @@ from prover_core.bench.llm import tasks as T
 from prover_core.bench.llm.credit import trajectory
 from prover_core.data import Proposal, SegmentRules
 from prover_core.judges import AnchorJudge, ChoiceJudge
+from prover_core.propose import propose
 
 
 def kept_key(task: T.Task, state: T.State, action: T.Action) -> bool:
@@ -48,11 +50,7 @@ def main() -> None:
         failures = [t for t in trajectories if not t.success]
         others = [t for t in trajectories if t.success and t is not success]
         for name, judge in (("ChoiceJudge", ChoiceJudge()), ("AnchorJudge", AnchorJudge())):
-            proposal = (
-                judge.propose(success, failures, rules, others=others)  # as compute_bonus calls it
-                if isinstance(judge, ChoiceJudge)
-                else judge.propose(success, failures, rules)
-            )
+            proposal = asyncio.run(propose(judge, success, failures, rules, others))  # as compute_bonus asks it
             if not isinstance(proposal, Proposal):
                 counts[(name, "declined")] += 1
                 continue

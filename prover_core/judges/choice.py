@@ -122,6 +122,11 @@ def _choices(runs: Sequence[Trajectory], key: Key) -> list[dict[Hashable, set[Ha
     return out
 
 
+def _stood_and_chose(choices: Sequence[dict[Hashable, set[Hashable]]], o: Hashable, a: Hashable) -> tuple[int, int]:
+    """How many of the runs (:func:`_choices`) stood at anchor ``o``, and how many of them chose ``a`` there."""
+    return sum(o in taken for taken in choices), sum(a in taken.get(o, ()) for taken in choices)
+
+
 def choice_evidence(
     success: Trajectory, failures: Sequence[Trajectory], last: int, key: Key, others: Sequence[Trajectory] = ()
 ) -> list[ChoiceEvidence]:
@@ -134,11 +139,8 @@ def choice_evidence(
         turn = success.turns[t]
         o, a = key(turn.observation), value_key(turn.action)
         nxt = key(success.turns[t + 1].observation) if t + 1 < success.num_turns else None
-        m = sum(o in taken for taken in taken_by_run)
-        k = sum(a in taken.get(o, ()) for taken in taken_by_run)
+        (m, k), (i, j) = _stood_and_chose(taken_by_run, o, a), _stood_and_chose(taken_by_other, o, a)
         stochastic = turn.info.get("stochastic") is True
-        i = sum(o in taken for taken in taken_by_other)
-        j = sum(a in taken.get(o, ()) for taken in taken_by_other)
         changed, new_ground = nxt is not None and nxt != o, nxt is not None and nxt not in seen
         out.append(ChoiceEvidence(t, m, k, changed, stochastic, new_ground, i, j))
     return out

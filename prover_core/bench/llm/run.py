@@ -148,11 +148,7 @@ def run_llm(settings: Settings, out: Path, command: str) -> str:
         else _Serial()
     )
     with pool:
-        seeds = range(settings.seeds)
-        starts, start_success = {}, {}
-        for seed, (params, success) in zip(seeds, pool.map(_start, [settings] * len(seeds), seeds), strict=True):
-            starts[seed], start_success[seed] = params, success
-            _say(f"seed {seed}: BC start, held-out success {success:.3f}")
+        starts, start_success = bc_starts(settings, pool, range(settings.seeds))
         runs = _columns(settings, pool, starts, start_success)
     ordered = {
         name: runs[name] for name in [report.BASE, report.MATCHED] + [n for n in runs if "GRPO" != n != report.MATCHED]
@@ -172,6 +168,15 @@ def run_llm(settings: Settings, out: Path, command: str) -> str:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def bc_starts(settings: Settings, pool: Executor, seeds: Sequence[int]) -> tuple[dict[int, Any], dict[int, float]]:
+    """Each seed's behaviour-cloned start (its parameters, and its held-out success), reported as it comes."""
+    starts, start_success = {}, {}
+    for seed, (params, success) in zip(seeds, pool.map(_start, [settings] * len(seeds), seeds), strict=True):
+        starts[seed], start_success[seed] = params, success
+        _say(f"seed {seed}: BC start, held-out success {success:.3f}")
+    return starts, start_success
 
 
 def train_jobs(
