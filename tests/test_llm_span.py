@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prover_core import Decline, Proposal, SegmentRules, Trajectory, Turn
+from prover_core.judges.choice import ChoiceJudge
 from prover_core.judges.llm import LLMJudge
 from prover_core.judges.llm_answer import check_answer, parse_answer
 from prover_core.judges.llm_config import LLMJudgeConfig
 from prover_core.judges.llm_prompt import default_action_error, evidence_summary, system_prompt, user_prompt
 from prover_core.judges.llm_span import span_end, span_schema, span_to_segment_text
+from prover_core.propose import takes_others
 from tests.chat_server import ChatServer, completion
 
 
@@ -105,6 +108,68 @@ def test_evidence_summary_by_hand() -> None:
     config = LLMJudgeConfig(base_url="http://127.0.0.1:1/v1", model="m")
     assert "## Evidence" not in user_prompt(success, failures, SegmentRules(), config, default_action_error)
     assert '"end_turn": <int>' in system_prompt(success, SegmentRules(), config)
+
+
+def test_evidence_summary_with_other_successes_by_hand() -> None:
+    # failures as above; another success chose z at o0 (turn 0 contradicted) and a1 at o1: at turn 1, 4 runs stood,
+    # 2 succeeded, 2 chose a1 (both successes): p = C(2,2) C(2,0) / C(4,2) = 1/6, as ChoiceJudge weighs it
+    success = run_of(4, set())
+    failures = [
+        Trajectory(
+            id=f"f{i}",
+            group_id="g",
+            success=False,
+            turns=[Turn(observation="o0", action="a0"), Turn(observation="o1", action="b")],
+        )
+        for i in range(2)
+    ]
+    other = Trajectory(
+        id="x",
+        group_id="g",
+        success=True,
+        turns=[Turn(observation="o0", action="z"), Turn(observation="o1", action="a1")],
+    )
+    text = evidence_summary(success, failures, SegmentRules(), alike=[other])
+    assert text.splitlines()[1:] == [
+        "- turn 1 (a1): 2 failed run(s) were in the same situation, 0 of them did the same; "
+        "1 of 1 other successful run(s) there did too",
+        "- not decisive: turn(s) 0, where another successful run in the same situation did otherwise",
+    ]
+    (e,) = [e for e in ChoiceJudge().evidence(success, failures, 1, [other]) if e.turn == 1]
+    assert e.p == pytest.approx(1 / 6)
+    # a failure only at o0, where the other success chose otherwise: no comparison line, the note only
+    at_o0 = Trajectory(id="f", group_id="g", success=False, turns=[Turn(observation="o0", action="a0")])
+    assert evidence_summary(success, [at_o0], SegmentRules(), alike=[other]).splitlines()[1:] == [
+        "- not decisive: turn(s) 0, where another successful run in the same situation did otherwise"
+    ]
+
+
+def test_the_llm_judge_takes_the_other_successes() -> None:
+    success = run_of(4, set())
+    failures = [
+        Trajectory(
+            id=f"f{i}",
+            group_id="g",
+            success=False,
+            turns=[Turn(observation="o0", action="a0"), Turn(observation="o1", action="b")],
+        )
+        for i in range(2)
+    ]
+    other = Trajectory(
+        id="x",
+        group_id="g",
+        success=True,
+        turns=[Turn(observation="o0", action="z"), Turn(observation="o1", action="a1")],
+    )
+    with ChatServer([completion(span(1, 1)), completion(span(1, 1))]) as server:
+        judge = LLMJudge.from_url(server.url, "m", answer_form="span", evidence_summary=True, max_attempts=1)
+        assert takes_others(judge)  # so compute_bonus hands it the group's other successes
+        p = asyncio.run(judge.propose(success, failures, SegmentRules(), others=[other]))
+        q = judge.propose_sync(success, failures, SegmentRules(), others=[other])
+        users = [body["messages"][1]["content"] for body in server.requests]
+    assert isinstance(p, Proposal) and isinstance(q, Proposal) and p.segment == q.segment
+    for user in users:
+        assert "1 of 1 other successful run(s) there did too" in user and "not decisive: turn(s) 0" in user
 
 
 def test_the_cli_options_need_a_judge_url(capsys) -> None:  # type: ignore[no-untyped-def]

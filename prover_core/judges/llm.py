@@ -54,12 +54,18 @@ class LLMJudge:
     # -- the Judge protocol ----------------------------------------------------------------------
 
     async def propose(
-        self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules
+        self,
+        success: Trajectory,
+        failures: Sequence[Trajectory],
+        rules: SegmentRules,
+        *,
+        others: Sequence[Trajectory] = (),
     ) -> Proposal | Decline:
-        """Ask the model (async). Raises :class:`JudgeError` when no valid answer comes."""
+        """Ask the model (async). Raises :class:`JudgeError` when no valid answer comes. ``others``: the group's
+        other runs with ``success``'s outcome (``compute_bonus`` passes them); only the evidence summary uses them."""
         if (nothing := self._no_candidate(success, rules)) is not None:
             return nothing
-        conversation = Conversation(success, failures, rules, self.config, self.action_error)
+        conversation = Conversation(success, failures, rules, self.config, self.action_error, others)
         try:
             async with self._client.session():
                 while True:
@@ -72,12 +78,17 @@ class LLMJudge:
             self._account(conversation)
 
     def propose_sync(
-        self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules
+        self,
+        success: Trajectory,
+        failures: Sequence[Trajectory],
+        rules: SegmentRules,
+        *,
+        others: Sequence[Trajectory] = (),
     ) -> Proposal | Decline:
         """Ask the model (blocking, one request at a time). Raises :class:`JudgeError`."""
         if (nothing := self._no_candidate(success, rules)) is not None:
             return nothing
-        conversation = Conversation(success, failures, rules, self.config, self.action_error)
+        conversation = Conversation(success, failures, rules, self.config, self.action_error, others)
         try:
             while True:
                 answer = conversation.feed(self._client.chat(conversation.request()))

@@ -61,6 +61,7 @@ class Conversation:
         rules: SegmentRules,
         config: LLMJudgeConfig,
         check: ActionCheck,
+        alike: Sequence[Trajectory] = (),
     ) -> None:
         self.success = success
         self.rules = rules
@@ -68,7 +69,7 @@ class Conversation:
         self.check = check
         self.messages: list[dict[str, Any]] = [
             {"role": "system", "content": system_prompt(success, rules, config)},
-            {"role": "user", "content": user_prompt(success, failures, rules, config, check)},
+            {"role": "user", "content": user_prompt(success, failures, rules, config, check, alike)},
         ]
         self._tags: list[tuple[str, int]] = [("prompt", 0), ("prompt", 0)]  # (kind, tool batch) per message
         self.schema = (

@@ -209,9 +209,15 @@ def system_prompt(success: Trajectory, rules: SegmentRules, config: LLMJudgeConf
 
 
 def user_prompt(
-    success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules, config: LLMJudgeConfig, check: ActionCheck
+    success: Trajectory,
+    failures: Sequence[Trajectory],
+    rules: SegmentRules,
+    config: LLMJudgeConfig,
+    check: ActionCheck,
+    alike: Sequence[Trajectory] = (),
 ) -> str:
-    """The task for one group: the examined run in full, the others' previews, and the admissible range."""
+    """The task for one group: the examined run in full, the others' previews, and the admissible range;
+    ``alike``: the group's other runs with the examined run's outcome (they enter the evidence summary only)."""
     roles = _ROLES[success.success]
     shown = failures[: config.max_failures_shown]
     outcome = "succeeded" if success.success else "failed"
@@ -224,7 +230,7 @@ def user_prompt(
     if len(failures) > len(shown):
         parts.append(f"({len(failures) - len(shown)} more {roles['others']} runs not shown)")
     if config.evidence_summary:
-        parts.append(evidence_summary(success, failures, rules, roles["others"]))
+        parts.append(evidence_summary(success, failures, rules, roles["others"], alike=alike))
     invalid = [t for t, turn in enumerate(success.turns) if check(turn) is not None]
     if config.answer_form == "span":
         parts.append(
@@ -244,17 +250,28 @@ def user_prompt(
 
 
 def evidence_summary(
-    success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules, others: str = "failed", limit: int = 5
+    success: Trajectory,
+    failures: Sequence[Trajectory],
+    rules: SegmentRules,
+    others: str = "failed",
+    limit: int = 5,
+    *,
+    alike: Sequence[Trajectory] = (),
 ) -> str:
-    """The group's choice statistics in a few lines: the turns where the ``others`` runs, standing where the
-    examined run stood, least often made its choice (:func:`~prover_core.judges.choice.choice_evidence`,
-    smallest ``p = (k+1)/(m+1)`` first, at most ``limit``), so that a small model need not compare runs."""
+    """The group's choice statistics in a few lines, as :class:`~prover_core.judges.choice.ChoiceJudge` weighs
+    them: the turns where the ``others`` runs, standing where the examined run stood, least often made its choice
+    (smallest one-sided Fisher ``p`` first, at most ``limit``; ``p = (k+1)/(m+1)`` without ``alike`` runs), so that
+    a small model need not compare runs. ``alike``: the group's other runs with the examined run's outcome; a turn
+    where one of them stood and chose otherwise is *contradicted*: left out of the list and named after it."""
     from prover_core.judges.choice import choice_evidence
     from prover_core.judges.keys import repeating_key
 
-    stats = choice_evidence(success, failures, last_end(success, rules), repeating_key([success, *failures]))
-    shown = sorted((e for e in stats if e.visited > 0), key=lambda e: (e.p, e.turn))[:limit]
-    if not shown:
+    key = repeating_key([success, *failures, *alike])
+    stats = choice_evidence(success, failures, last_end(success, rules), key, alike)
+    outcome = "successful" if success.success else "failed"
+    shown = sorted((e for e in stats if e.visited > 0 and not e.contradicted), key=lambda e: (e.p, e.turn))[:limit]
+    contradicted = [e.turn for e in stats if e.contradicted]
+    if not shown and not contradicted:
         return f"## Evidence\nNo {others} run ever stood where this run stood: no comparison is possible."
     lines = [f"## Evidence (the turns where the {others} runs, in the same situation, most rarely did the same)"]
     for e in shown:
@@ -262,5 +279,15 @@ def evidence_summary(
         lines.append(
             f"- turn {e.turn} ({action}): {e.visited} {others} run(s) were in the same situation, "
             f"{e.took} of them did the same"
+            + (
+                f"; {e.others_took} of {e.others_visited} other {outcome} run(s) there did too"
+                if e.others_visited
+                else ""
+            )
+        )
+    if contradicted:
+        lines.append(
+            f"- not decisive: turn(s) {', '.join(map(str, contradicted))}, where another {outcome} run in the same "
+            f"situation did otherwise"
         )
     return "\n".join(lines)
