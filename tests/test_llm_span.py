@@ -87,32 +87,9 @@ def test_the_judge_sends_the_span_schema_and_maps_the_answer() -> None:
     assert "## Evidence" in user and "turns from 1 to 3" in user
 
 
-def test_evidence_summary_by_hand() -> None:
-    # failures stood at o0 (all 2 chose a0) and o1 (none chose a1): turn 1 first (p = 1/3), then turn 0 (p = 1)
-    success = run_of(4, set())
-    failures = [
-        Trajectory(
-            id=f"f{i}",
-            group_id="g",
-            success=False,
-            turns=[Turn(observation="o0", action="a0"), Turn(observation="o1", action="b")],
-        )
-        for i in range(2)
-    ]
-    text = evidence_summary(success, failures, SegmentRules())
-    assert text.splitlines()[1:] == [
-        "- turn 1 (a1): 2 failed run(s) were in the same situation, 0 of them did the same",
-        "- turn 0 (a0): 2 failed run(s) were in the same situation, 2 of them did the same",
-    ]
-    assert "no comparison" in evidence_summary(success, [], SegmentRules())
-    config = LLMJudgeConfig(base_url="http://127.0.0.1:1/v1", model="m")
-    assert "## Evidence" not in user_prompt(success, failures, SegmentRules(), config, default_action_error)
-    assert '"end_turn": <int>' in system_prompt(success, SegmentRules(), config)
-
-
-def test_evidence_summary_with_other_successes_by_hand() -> None:
-    # failures as above; another success chose z at o0 (turn 0 contradicted) and a1 at o1: at turn 1, 4 runs stood,
-    # 2 succeeded, 2 chose a1 (both successes): p = C(2,2) C(2,0) / C(4,2) = 1/6, as ChoiceJudge weighs it
+def small_group() -> tuple[Trajectory, list[Trajectory], Trajectory]:
+    """A 4-turn success at o0..o3; two failures that stood at o0 (chose a0, as it did) and o1 (chose b, it a1);
+    another success that chose z at o0 and a1 at o1."""
     success = run_of(4, set())
     failures = [
         Trajectory(
@@ -129,6 +106,27 @@ def test_evidence_summary_with_other_successes_by_hand() -> None:
         success=True,
         turns=[Turn(observation="o0", action="z"), Turn(observation="o1", action="a1")],
     )
+    return success, failures, other
+
+
+def test_evidence_summary_by_hand() -> None:
+    # failures stood at o0 (all 2 chose a0) and o1 (none chose a1): turn 1 first (p = 1/3), then turn 0 (p = 1)
+    success, failures, _ = small_group()
+    text = evidence_summary(success, failures, SegmentRules())
+    assert text.splitlines()[1:] == [
+        "- turn 1 (a1): 2 failed run(s) were in the same situation, 0 of them did the same",
+        "- turn 0 (a0): 2 failed run(s) were in the same situation, 2 of them did the same",
+    ]
+    assert "no comparison" in evidence_summary(success, [], SegmentRules())
+    config = LLMJudgeConfig(base_url="http://127.0.0.1:1/v1", model="m")
+    assert "## Evidence" not in user_prompt(success, failures, SegmentRules(), config, default_action_error)
+    assert '"end_turn": <int>' in system_prompt(success, SegmentRules(), config)
+
+
+def test_evidence_summary_with_other_successes_by_hand() -> None:
+    # failures as above; another success chose z at o0 (turn 0 contradicted) and a1 at o1: at turn 1, 4 runs stood,
+    # 2 succeeded, 2 chose a1 (both successes): p = C(2,2) C(2,0) / C(4,2) = 1/6, as ChoiceJudge weighs it
+    success, failures, other = small_group()
     text = evidence_summary(success, failures, SegmentRules(), alike=[other])
     assert text.splitlines()[1:] == [
         "- turn 1 (a1): 2 failed run(s) were in the same situation, 0 of them did the same; "
@@ -145,22 +143,7 @@ def test_evidence_summary_with_other_successes_by_hand() -> None:
 
 
 def test_the_llm_judge_takes_the_other_successes() -> None:
-    success = run_of(4, set())
-    failures = [
-        Trajectory(
-            id=f"f{i}",
-            group_id="g",
-            success=False,
-            turns=[Turn(observation="o0", action="a0"), Turn(observation="o1", action="b")],
-        )
-        for i in range(2)
-    ]
-    other = Trajectory(
-        id="x",
-        group_id="g",
-        success=True,
-        turns=[Turn(observation="o0", action="z"), Turn(observation="o1", action="a1")],
-    )
+    success, failures, other = small_group()
     with ChatServer([completion(span(1, 1)), completion(span(1, 1))]) as server:
         judge = LLMJudge.from_url(server.url, "m", answer_form="span", evidence_summary=True, max_attempts=1)
         assert takes_others(judge)  # so compute_bonus hands it the group's other successes
