@@ -347,3 +347,21 @@ def test_the_harness_verifies_with_adaptive_sampling_when_asked(tmp_path) -> Non
     # adaptive sampling stops early where the answer is clear: fewer continuation turns over the same batches
     spent = {name: sum(r["choice"]["extra_turns"] for r in x["results"].values()) for name, x in (("a", a), ("f", f))}
     assert 0 < spent["a"] < spent["f"]
+
+
+def test_case_logprobs_are_the_policys_own() -> None:
+    # log pi(a | o) from the policy's logits by hand (a log-softmax over the observation's actions), on a
+    # design without nonces (the observation is the compiled one) and one with stochastic outcomes
+    for env in (CORRIDORS[0], LUCK[0]):
+        c = compile_mdp(env.make())
+        theta = env.policy(c)
+        case = tabular_case(env, 4, 8, 0, logprobs=True)
+        assert "logprob" not in tabular_case(env, 1, 2, 0).trajectories[0].turns[0].info
+        for run in case.trajectories:
+            for turn in run.turns:
+                o = c.observations.index(turn.observation)
+                block = theta[c.offset[o] : c.offset[o + 1]]
+                j = c.obs_actions[o].index(turn.action)
+                expected = block[j] - math.log(sum(math.exp(x) for x in block))
+                assert turn.info["logprob"] == pytest.approx(expected, abs=1e-12)
+                assert set(turn.info) == {"stochastic", "logprob"}

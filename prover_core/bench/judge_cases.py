@@ -34,7 +34,15 @@ from prover_core.bench.batch import Batch, sample_batch
 from prover_core.bench.luck import PitCorridor
 from prover_core.bench.methods import tabular_hook
 from prover_core.bench.suite import BASE_WEIGHTS, Corridor
-from prover_core.bench.tabular import Compiled, FloatArray, Sampler, compile_mdp, logits_from_weights, value_table
+from prover_core.bench.tabular import (
+    Compiled,
+    FloatArray,
+    Sampler,
+    action_probs,
+    compile_mdp,
+    logits_from_weights,
+    value_table,
+)
 from prover_core.data import Outcome, Trajectory
 from prover_core.demo.mdp import Transition
 
@@ -363,10 +371,12 @@ def decision_values(batch: Batch) -> FloatArray:
     return out
 
 
-def _annotate(batch: Batch, nonce: float, rng: np.random.Generator) -> list[Trajectory]:
+def _annotate(batch: Batch, nonce: float, rng: np.random.Generator, logprobs: bool = False) -> list[Trajectory]:
     """The batch's trajectories with ``info["stochastic"]`` (the transition had several possible outcomes)
-    on every turn, and a random ``[ref xxxxxxxx]`` appended to a ``nonce`` share of the observations."""
+    on every turn, and a random ``[ref xxxxxxxx]`` appended to a ``nonce`` share of the observations; with
+    ``logprobs``, also ``info["logprob"]``: ``log pi(a_t | o_t)`` under the batch's policy."""
     c, ep = batch.c, batch.episodes
+    pi = action_probs(c, batch.theta)
     out = []
     for i, run in enumerate(batch.trajectories()):
         turns = []
@@ -375,15 +385,17 @@ def _annotate(batch: Batch, nonce: float, rng: np.random.Generator) -> list[Traj
             obs = turn.observation
             if nonce > 0 and rng.random() < nonce:
                 obs = f"{obs} [ref {int(rng.integers(1 << 32)):08x}]"
-            turns.append(
-                turn.model_copy(update={"observation": obs, "info": {"stochastic": bool(c.out_count[s, a] > 1)}})
-            )
+            info: dict[str, Any] = {"stochastic": bool(c.out_count[s, a] > 1)}
+            if logprobs:
+                info["logprob"] = float(np.log(pi[c.offset[c.obs_of[s]] + a]))
+            turns.append(turn.model_copy(update={"observation": obs, "info": info}))
         out.append(run.model_copy(update={"turns": tuple(turns)}))
     return out
 
 
-def tabular_case(env: TabularEnv, groups: int, group_size: int, seed: int) -> Case:
-    """``groups`` groups of the policy on ``env``, with pivots, exact gains and tabular continuations."""
+def tabular_case(env: TabularEnv, groups: int, group_size: int, seed: int, logprobs: bool = False) -> Case:
+    """``groups`` groups of the policy on ``env``, with pivots, exact gains and tabular continuations (with
+    ``logprobs``, each turn's ``info["logprob"]``: the policy's log-probability of its action)."""
     mdp = env.make()
     c = compile_mdp(mdp)
     theta = env.policy(c)
@@ -405,7 +417,7 @@ def tabular_case(env: TabularEnv, groups: int, group_size: int, seed: int) -> Ca
     return Case(
         env.name,
         env.kind,
-        _annotate(batch, env.nonce, np.random.default_rng([seed, 7, zlib.crc32(env.name.encode())])),
+        _annotate(batch, env.nonce, np.random.default_rng([seed, 7, zlib.crc32(env.name.encode())]), logprobs),
         pivots,
         {"continue_from": tabular_hook(batch, Sampler(c, theta))},
         gain,
