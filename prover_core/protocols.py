@@ -105,7 +105,8 @@ class Judge(Protocol):
     ``propose`` may be a plain or an ``async`` method. It returns a :class:`Proposal` whose segment
     satisfies ``rules``, or a :class:`Decline` with a reason; the library re-checks the segment.
     A ``propose`` with a keyword-only parameter ``others`` is also given the group's other runs with
-    ``success``'s outcome (the other successful runs), as :class:`~prover_core.judges.ChoiceJudge` is.
+    ``success``'s outcome (the other successful runs), as :class:`~prover_core.judges.ChoiceJudge` and
+    :class:`~prover_core.judges.LLMJudge` are.
     """
 
     def propose(
