@@ -376,7 +376,7 @@ def _annotate(batch: Batch, nonce: float, rng: np.random.Generator, logprobs: bo
     on every turn, and a random ``[ref xxxxxxxx]`` appended to a ``nonce`` share of the observations; with
     ``logprobs``, also ``info["logprob"]``: ``log pi(a_t | o_t)`` under the batch's policy."""
     c, ep = batch.c, batch.episodes
-    pi = action_probs(c, batch.theta)
+    pi = action_probs(c, batch.theta) if logprobs else None
     out = []
     for i, run in enumerate(batch.trajectories()):
         turns = []
@@ -386,7 +386,7 @@ def _annotate(batch: Batch, nonce: float, rng: np.random.Generator, logprobs: bo
             if nonce > 0 and rng.random() < nonce:
                 obs = f"{obs} [ref {int(rng.integers(1 << 32)):08x}]"
             info: dict[str, Any] = {"stochastic": bool(c.out_count[s, a] > 1)}
-            if logprobs:
+            if pi is not None:
                 info["logprob"] = float(np.log(pi[c.offset[c.obs_of[s]] + a]))
             turns.append(turn.model_copy(update={"observation": obs, "info": info}))
         out.append(run.model_copy(update={"turns": tuple(turns)}))
