@@ -167,9 +167,16 @@ class FallbackJudge:
     def new_step(self) -> None:
         self.llm.new_step()
 
-    async def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Any:
-        try:
-            answer = await self.llm.propose(success, failures, rules)
+    async def propose(
+        self,
+        success: Trajectory,
+        failures: Sequence[Trajectory],
+        rules: SegmentRules,
+        *,
+        others: Sequence[Trajectory] = (),
+    ) -> Any:
+        try:  # the LLM judge's evidence summary counts the other runs with the examined run's outcome
+            answer = await self.llm.propose(success, failures, rules, others=others)
             if isinstance(answer, Proposal):
                 self.answered["llm"] += 1
                 return answer
