@@ -17,13 +17,11 @@ import argparse
 import collections
 from collections.abc import Hashable
 
-from prover_core.bench.judge_cases import CORRIDORS, HELD_OUT, LUCK, NONCE, TOY_TEXT, tabular_case
-from prover_core.bench.judge_eval import groups_of, matched_decision
+from prover_core.bench.judge_eval import eligible_groups, matched_decision, quick_cases
 from prover_core.config import ProverConfig
 from prover_core.data import Proposal
 from prover_core.judges.choice import ChoiceJudge
 from prover_core.judges.keys import repeating_key, value_key
-from prover_core.trigger import is_eligible, representative, success_rate
 
 
 def main() -> None:
@@ -32,42 +30,34 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     config = ProverConfig()
-    envs = HELD_OUT if args.held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
-    base = (args.seed + (7 if args.held_out else 0)) * 1000  # the harness's batch seeds
     split: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     tables: dict[str, list[float]] = collections.defaultdict(list)
     rare: dict[str, list[float]] = collections.defaultdict(list)
-    for env in envs:
-        for seed in (base, base + 1):
-            case = tabular_case(env, 16, 8, seed)
-            assert case.decision is not None
-            for members in groups_of(case.trajectories).values():
-                if not is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
-                    continue
-                run = representative(members)
-                failures = [t for t in members if not t.success]
-                others = [t for t in members if t.success and t.id != run.id]
-                values = case.decision[run.id][: run.num_turns - 1]
-                if env.kind == "gymnasium" and values:
-                    tables[env.name].append(max(values))
-                    key = repeating_key(members)
-                    chosen: collections.Counter[tuple[Hashable, Hashable]] = collections.Counter()
-                    at: collections.Counter[Hashable] = collections.Counter()
-                    for t in (turn for m in members for turn in m.turns):
-                        chosen[(key(t.observation), value_key(t.action))] += 1
-                        at[key(t.observation)] += 1
-                    for t, value in zip(run.turns, values, strict=False):
-                        o = key(t.observation)
-                        if chosen[(o, value_key(t.action))] <= at[o] / 5:
-                            rare[env.name].append(value)
-                answer = ChoiceJudge().propose(run, failures, config.segment_rules, others=others)
-                if not isinstance(answer, Proposal):
-                    continue
-                same = matched_decision(case, run, 1, config)
-                row = split[(env.kind, "one success" if not others else "more successes")]
-                row[0] += 1
-                row[1] += case.decision_value(run.id, answer.segment.start, answer.segment.end) or 0.0
-                row[2] += same or 0.0
+    for case in quick_cases(args.held_out, args.seed):
+        assert case.decision is not None
+        for run, failures, others in eligible_groups(case, config):
+            members = [run, *failures, *others]
+            values = case.decision[run.id][: run.num_turns - 1]
+            if case.kind == "gymnasium" and values:
+                tables[case.name].append(max(values))
+                key = repeating_key(members)
+                chosen: collections.Counter[tuple[Hashable, Hashable]] = collections.Counter()
+                at: collections.Counter[Hashable] = collections.Counter()
+                for t in (turn for m in members for turn in m.turns):
+                    chosen[(key(t.observation), value_key(t.action))] += 1
+                    at[key(t.observation)] += 1
+                for t, value in zip(run.turns, values, strict=False):
+                    o = key(t.observation)
+                    if chosen[(o, value_key(t.action))] <= at[o] / 5:
+                        rare[case.name].append(value)
+            answer = ChoiceJudge().propose(run, failures, config.segment_rules, others=others)
+            if not isinstance(answer, Proposal):
+                continue
+            same = matched_decision(case, run, 1, config)
+            row = split[(case.kind, "one success" if not others else "more successes")]
+            row[0] += 1
+            row[1] += case.decision_value(run.id, answer.segment.start, answer.segment.end) or 0.0
+            row[2] += same or 0.0
     print("| family | group | nominated | decision value (random turn of the run) |")
     print("|---|---|---|---|")
     for (kind, which), (n, value, same) in sorted(split.items()):

@@ -34,13 +34,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from prover_core.bench.judge_cases import CORRIDORS, HELD_OUT, LUCK, NO_EFFECT, NONCE, TOY_TEXT, tabular_case
-from prover_core.bench.judge_eval import groups_of, matched_decision
+from prover_core.bench.judge_cases import NO_EFFECT
+from prover_core.bench.judge_eval import eligible_groups, matched_decision, quick_cases
 from prover_core.config import ProverConfig
 from prover_core.data import Proposal, Trajectory
 from prover_core.judges.choice import ChoiceEvidence, ChoiceJudge
 from prover_core.judges.keys import Key, repeating_key, value_key
-from prover_core.trigger import is_eligible, representative, success_rate
 
 
 def at_most(probabilities: Sequence[float], k: int) -> float:
@@ -120,29 +119,20 @@ def main() -> None:
     _check_at_most()
     config = ProverConfig()
     judges = {"choice": ChoiceJudge(), "policy": PolicyTestJudge(both=False), "both": PolicyTestJudge(both=True)}
-    envs = HELD_OUT if args.held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
-    base = (args.seed + (7 if args.held_out else 0)) * 1000  # the harness's batch seeds
     rows: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0, 0.0, 0.0, 0])
-    for env in envs:
-        for seed in (base, base + 1):
-            case = tabular_case(env, 16, 8, seed, logprobs=True)
-            for members in groups_of(case.trajectories).values():
-                if not is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
+    for case in quick_cases(args.held_out, args.seed, logprobs=True):
+        for run, failures, others in eligible_groups(case, config):
+            for name, judge in judges.items():
+                row = rows[(case.kind, name)]
+                row[1] += 1
+                answer = judge.propose(run, failures, config.segment_rules, others=others)
+                if not isinstance(answer, Proposal):
                     continue
-                run = representative(members)
-                failures = [t for t in members if not t.success]
-                others = [t for t in members if t.success and t.id != run.id]
-                for name, judge in judges.items():
-                    row = rows[(env.kind, name)]
-                    row[1] += 1
-                    answer = judge.propose(run, failures, config.segment_rules, others=others)
-                    if not isinstance(answer, Proposal):
-                        continue
-                    value = case.decision_value(run.id, answer.segment.start, answer.segment.end) or 0.0
-                    row[0] += 1
-                    row[2] += value
-                    row[3] += matched_decision(case, run, 1, config) or 0.0
-                    row[4] += abs(value) < NO_EFFECT
+                value = case.decision_value(run.id, answer.segment.start, answer.segment.end) or 0.0
+                row[0] += 1
+                row[2] += value
+                row[3] += matched_decision(case, run, 1, config) or 0.0
+                row[4] += abs(value) < NO_EFFECT
     print("| family | judge | nominated / eligible | decision value (random turn of the run) | no effect |")
     print("|---|---|---|---|---|")
     for (kind, name), (n, eligible, value, same, none) in sorted(rows.items()):

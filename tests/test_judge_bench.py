@@ -29,6 +29,7 @@ from prover_core.bench.judge_eval import (
     JudgeBenchSettings,
     SameLengthRandom,
     chance,
+    eligible_groups,
     evaluate,
     hit,
     matched_decision,
@@ -365,3 +366,21 @@ def test_case_logprobs_are_the_policys_own() -> None:
                 expected = block[j] - math.log(sum(math.exp(x) for x in block))
                 assert turn.info["logprob"] == pytest.approx(expected, abs=1e-12)
                 assert set(turn.info) == {"stochastic", "logprob"}
+
+
+def test_eligible_groups_are_what_compute_bonus_hands_a_judge() -> None:
+    # the shortest success, every failed run, and the other successes; only groups with 0 < rate < 0.5
+    config = ProverConfig()
+    case = tabular_case(CORRIDORS[0], 16, 8, 0)
+    seen = 0
+    for run, failures, others in eligible_groups(case, config):
+        members = [t for t in case.trajectories if t.group_id == run.group_id]
+        wins = [t for t in members if t.success]
+        assert run.success and run.num_turns == min(t.num_turns for t in wins)
+        assert sorted(t.id for t in failures) == sorted(t.id for t in members if not t.success)
+        assert sorted(t.id for t in others) == sorted(t.id for t in wins if t.id != run.id)
+        assert 0 < len(wins) / len(members) < 0.5
+        seen += 1
+    groups = {t.group_id for t in case.trajectories}
+    rates = [sum(t.success for t in case.trajectories if t.group_id == g) / 8 for g in groups]
+    assert seen == sum(0 < r < 0.5 for r in rates) > 0

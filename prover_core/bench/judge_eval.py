@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -159,13 +159,22 @@ def chance(case: Case, rules: SegmentRules, config: ProverConfig) -> float:
     return sum(shares) / len(shares) if shares else float("nan")
 
 
+def eligible_groups(
+    case: Case, config: ProverConfig
+) -> Iterator[tuple[Trajectory, list[Trajectory], list[Trajectory]]]:
+    """Each eligible group of ``case`` as ``compute_bonus`` hands it to a judge: its representative (shortest
+    successful) run, the failed runs, and the other successful runs (``others``)."""
+    for members in groups_of(case.trajectories).values():
+        if is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
+            run = representative(members)
+            failures = [t for t in members if not t.success]
+            yield run, failures, [t for t in members if t.success and t.id != run.id]
+
+
 def chance_shares(case: Case, rules: SegmentRules, config: ProverConfig) -> list[float]:
     """Per eligible group: the share of its run's admissible segments that hold a true pivot."""
     shares: list[float] = []
-    for members in groups_of(case.trajectories).values():
-        if not is_eligible(success_rate(members), config.trigger_low, config.trigger_high):
-            continue
-        run = representative(members)
+    for run, _, _ in eligible_groups(case, config):
         candidates = rules.candidates(run)
         if candidates:
             shares.append(sum(hit(case.pivots[run.id], c.start, c.end) for c in candidates) / len(candidates))
@@ -474,6 +483,26 @@ def _fmt(value: float, signed: bool = False, digits: int = 2) -> str:
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
+def harness_seed(seed: int, held_out: bool) -> int:
+    """The harness's root seed: held-out runs draw their batches from ``seed + 7``, seeds the development runs
+    never used."""
+    return seed + (7 if held_out else 0)
+
+
+def tabular_envs(held_out: bool) -> tuple[TabularEnv, ...]:
+    """The harness's tabular environments: the development designs, or the held-out ones."""
+    return HELD_OUT if held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
+
+
+def quick_cases(held_out: bool, seed: int, logprobs: bool = False) -> Iterator[Case]:
+    """The tabular cases of ``prover bench judges --quick [--held-out] --seed seed``: the same environments,
+    batch seeds and sizes (``logprobs``: see :func:`~prover_core.bench.judge_cases.tabular_case`)."""
+    s = QUICK_JUDGES
+    for env in tabular_envs(held_out):
+        for b in range(s.batches):
+            yield tabular_case(env, s.groups, s.group_size, harness_seed(seed, held_out) * 1000 + b, logprobs)
+
+
 def run_judge_bench(
     settings: JudgeBenchSettings = QUICK_JUDGES,
     extra_judges: Mapping[str, Judge] | None = None,
@@ -483,7 +512,7 @@ def run_judge_bench(
     began = time.perf_counter()
     config = ProverConfig(k=settings.k, seed=settings.seed, delta_of=settings.delta_of, sampling=settings.sampling)
     out = JudgeBench()
-    tabular: tuple[TabularEnv, ...] = HELD_OUT if settings.held_out else (*CORRIDORS, *LUCK, *NONCE, *TOY_TEXT)
+    tabular = tabular_envs(settings.held_out)
     games: tuple[TextWorldKind, ...] = TEXTWORLD_HELD_OUT if settings.held_out else TEXTWORLD
     cases: list[tuple[str, Any]] = []
     try:
@@ -552,7 +581,7 @@ def judges_command(
         groups=base.groups if groups is None else groups,
         batches=base.batches if batches is None else batches,
         held_out=held_out,
-        seed=seed + (7 if held_out else 0),
+        seed=harness_seed(seed, held_out),
         textworld_groups=base.textworld_groups if textworld_groups is None else textworld_groups,
         delta_of=delta_of,
         k=base.k if k is None else k,
