@@ -259,15 +259,14 @@ def evidence_summary(
     alike: Sequence[Trajectory] = (),
 ) -> str:
     """The group's choice statistics in a few lines, as :class:`~prover_core.judges.choice.ChoiceJudge` weighs
-    them: the turns where the ``others`` runs, standing where the examined run stood, least often made its choice
-    (smallest one-sided Fisher ``p`` first, at most ``limit``; ``p = (k+1)/(m+1)`` without ``alike`` runs), so that
-    a small model need not compare runs. ``alike``: the group's other runs with the examined run's outcome; a turn
-    where one of them stood and chose otherwise is *contradicted*: left out of the list and named after it."""
-    from prover_core.judges.choice import choice_evidence
-    from prover_core.judges.keys import repeating_key
+    them (its :meth:`~prover_core.judges.choice.ChoiceJudge.evidence`): the turns where the ``others`` runs,
+    standing where the examined run stood, least often made its choice (smallest one-sided Fisher ``p`` first, at
+    most ``limit``; ``p = (k+1)/(m+1)`` without ``alike`` runs), so that a small model need not compare runs.
+    ``alike``: the group's other runs with the examined run's outcome; a turn where one of them stood and chose
+    otherwise is *contradicted*: left out of the list and named after it."""
+    from prover_core.judges.choice import ChoiceJudge
 
-    key = repeating_key([success, *failures, *alike])
-    stats = choice_evidence(success, failures, last_end(success, rules), key, alike)
+    stats = ChoiceJudge().evidence(success, failures, last_end(success, rules), alike)
     outcome = "successful" if success.success else "failed"
     shown = sorted((e for e in stats if e.visited > 0 and not e.contradicted), key=lambda e: (e.p, e.turn))[:limit]
     contradicted = [e.turn for e in stats if e.contradicted]
