@@ -135,6 +135,13 @@ def test_evidence_summary_with_other_successes_by_hand() -> None:
     ]
     (e,) = [e for e in ChoiceJudge().evidence(success, failures, 1, [other]) if e.turn == 1]
     assert e.p == pytest.approx(1 / 6)
+    # roles swapped (negative credit): the examined run failed, the runs it is compared with succeeded
+    flip = [t.model_copy(update={"success": not t.success}) for t in (success, *failures, other)]
+    assert evidence_summary(flip[0], flip[1:3], SegmentRules(), "successful", alike=flip[3:]).splitlines()[1:] == [
+        "- turn 1 (a1): 2 successful run(s) were in the same situation, 0 of them did the same; "
+        "1 of 1 other failed run(s) there did too",
+        "- not decisive: turn(s) 0, where another failed run in the same situation did otherwise",
+    ]
     # a failure only at o0, where the other success chose otherwise: no comparison line, the note only
     at_o0 = Trajectory(id="f", group_id="g", success=False, turns=[Turn(observation="o0", action="a0")])
     assert evidence_summary(success, [at_o0], SegmentRules(), alike=[other]).splitlines()[1:] == [

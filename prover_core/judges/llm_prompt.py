@@ -267,7 +267,7 @@ def evidence_summary(
     from prover_core.judges.choice import ChoiceJudge
 
     stats = ChoiceJudge().evidence(success, failures, last_end(success, rules), alike)
-    outcome = "successful" if success.success else "failed"
+    outcome = _ROLES[success.success]["examined"]
     shown = sorted((e for e in stats if e.visited > 0 and not e.contradicted), key=lambda e: (e.p, e.turn))[:limit]
     contradicted = [e.turn for e in stats if e.contradicted]
     if not shown and not contradicted:
