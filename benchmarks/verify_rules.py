@@ -40,12 +40,13 @@ from prover_core.demo import MDPEnv, VaultMDP, exact_success_probability, vault_
 from prover_core.demo.run import rollout_batch, states_along
 from prover_core.protocols import Judge, Step
 from prover_core.sequential import operating_characteristics, pair_probabilities
-from prover_core.verify import hook_continuer, sequential_test, verify_segment_detailed
+from prover_core.verify import curtailed_cost, hook_continuer, sequential_test, verify_segment_detailed
 
 RULES: dict[str, ProverConfig] = {
-    "fixed K=8, Delta > 0 (paper)": ProverConfig(k=8),
-    "fixed K=8, beta posterior >= 0.9": ProverConfig(k=8, acceptance="beta_posterior"),
-    "fixed K=8, lower conf. bound (alpha 0.1)": ProverConfig(k=8, acceptance="lower_confidence_bound"),
+    "fixed K=8, Delta > 0 (paper)": ProverConfig(k=8, curtail=False),
+    "fixed K=8, Delta > 0, curtailed": ProverConfig(k=8),
+    "fixed K=8, beta posterior >= 0.9": ProverConfig(k=8, acceptance="beta_posterior", curtail=False),
+    "fixed K=8, lower conf. bound (alpha 0.1)": ProverConfig(k=8, acceptance="lower_confidence_bound", curtail=False),
     "adaptive (default: alpha 0.3, max 12)": ProverConfig(k=8, sampling="adaptive"),
     "adaptive, alpha 0.1, max 16": ProverConfig(sampling="adaptive", adaptive_alpha=0.1, adaptive_max_k=16),
     "adaptive, alpha 0.3, max 8": ProverConfig(sampling="adaptive", adaptive_max_k=8),
@@ -120,7 +121,8 @@ def exact_tally(config: ProverConfig, coupling: str) -> Tally:
         else:
             rule = AcceptanceRule(config.acceptance, config.posterior_threshold, config.lcb_alpha)
             prob, bonus = acceptance_probability(rule, p_pre, p_post, config.k, coupling)  # type: ignore[arg-type]
-            tally.add(p_post - p_pre, prob, 2 * config.k, bonus)
+            spent = curtailed_cost(p_post, config) if config.curtail else 2 * config.k  # post runs first
+            tally.add(p_post - p_pre, prob, spent, bonus)
     return tally
 
 
@@ -204,7 +206,7 @@ def vault_section(batches: int) -> list[str]:
                         truths_seen.append(truth)
                     spent = g.verify_stats.spent if g.verify_stats else 0
                     acc = float(g.status == "accepted")
-                    tally.add(truth, acc, spent, g.verification.delta * acc)
+                    tally.add(truth, acc, spent, g.verification.delta if acc else 0.0)
             lines.append(tally.row(name))
         t = np.array(truths_seen)
         lines += [
@@ -239,7 +241,7 @@ def executor_section(delay: float, use_ray: bool) -> list[str]:
 
     mdp = VaultMDP()
     batch = rollout_batch(mdp, 8, 8, seed=0)
-    config = ProverConfig(k=8)  # the paper's K, as the figures in docs/ were measured
+    config = ProverConfig(k=8, curtail=False)  # the paper's K and one round, as the figures in docs/ were measured
 
     def make_restorable_env() -> SnapshotEnv:
         return SnapshotEnv(lambda: SlowEnv(delay))

@@ -258,9 +258,9 @@ async def _credit_group(
             success, answer.segment, continuer, config, limit, direction
         )
     logger.debug(
-        "group %s: verified Delta = %+.3f (pre %d/%d, post %d/%d, %d continuations): %s",
+        "group %s: verified, %s (pre %d/%d, post %d/%d, %d continuations): %s",
         group_id,
-        verification.delta,
+        verification.delta_text,
         verification.pre_successes,
         verification.pre_count,
         verification.post_successes,

@@ -15,8 +15,9 @@ class ProverConfig(BaseModel):
 
     Defaults follow the paper (G=8 groups, lambda=1, segments of at most 4 turns with a nonterminal end,
     trigger on success rates strictly inside (0, 0.5), accept when Delta > 0) except ``k``: 4, not the
-    paper's 8 (the same learning at half the verification cost, docs/benchmarks.md). Fields marked
-    *library* are this library's own and do not change the paper's method when left at their defaults.
+    paper's 8 (the same learning at half the verification cost, docs/benchmarks.md), and ``curtail`` (on: the
+    paper's decisions and bonuses from fewer continuations, in two rounds). Fields marked *library* are this
+    library's own and do not change the paper's decisions when left at their defaults.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", **FINITE)
@@ -50,6 +51,12 @@ class ProverConfig(BaseModel):
     sampling: Literal["fixed", "adaptive"] = "fixed"
     """*library*: ``fixed`` runs K continuations per boundary (the paper); ``adaptive`` draws pairs in rounds
     and stops by the anytime-valid test of :mod:`prover_core.sequential` (its own decision rule)."""
+    curtail: bool = True
+    """*library*: fixed sampling runs the boundary acceptance needs higher first (post for a gain, pre for a
+    drop) and the other boundary's K continuations only if some outcome of theirs could still be accepted
+    (curtailment): the same decisions and bonuses from fewer continuations, in two rounds instead of one. A
+    curtailed verification is rejected with ``Verification.curtailed`` set and no ``delta``. Adaptive sampling
+    curtails by its own test."""
     delta_of: Literal["states", "choices"] = "states"
     """What ``Delta`` measures. ``states`` (the paper): post continuations start from ``s_{r+1}``, the state the
     recorded run reached, so ``Delta`` estimates ``V(s_{r+1}) - V(s_l)``: the segment's choices *and* the luck of

@@ -219,6 +219,9 @@ class Verification(BaseModel):
     reason: str
     incomplete: bool = False
     """True when too few continuations finished to decide; the group then keeps plain GRPO credit."""
+    curtailed: bool = False
+    """True when one boundary's continuations were not run because no outcome of theirs could lead to
+    acceptance (``ProverConfig.curtail``): rejected, and ``delta`` is undefined (NaN)."""
     failed_continuations: int = 0
     policy_turns: int = 0
 
@@ -234,6 +237,11 @@ class Verification(BaseModel):
     @property
     def delta(self) -> float:
         return self.post_rate - self.pre_rate
+
+    @property
+    def delta_text(self) -> str:
+        """``Delta = +0.250``, or ``Delta not measured (curtailed)`` when a boundary was not run."""
+        return "Delta not measured (curtailed)" if self.curtailed else f"Delta = {self.delta:+.3f}"
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ class StageClock:
 def format_progress(event: Progress) -> str:
     """The INFO line of one finished group, e.g. ``group g03 accepted (Delta = +0.625): 3/11 groups, 4.2 s``."""
     g = event.group
-    found = f" (Delta = {g.verification.delta:+.3f})" if g.verification is not None else ""
+    found = f" ({g.verification.delta_text})" if g.verification is not None else ""
     why = f": {shorten(g.reason, 160)}" if g.status in ("declined", "skipped") and g.reason else ""
     return (
         f"group {g.group_id} {g.status}{found}{why}; {event.done}/{event.total} eligible groups done, "

@@ -9,7 +9,9 @@ For segment ``[l, r]`` of the successful trajectory, K continuations of the curr
 ``i`` from both boundaries gets the same seed (common random numbers) unless
 ``ProverConfig.paired_seeds`` is off. The paper accepts iff ``Delta > 0``; other rules live in
 :mod:`prover_core.acceptance`, and adaptive (anytime-valid, early-stopping) sampling in
-:mod:`prover_core.sequential`.
+:mod:`prover_core.sequential`. With ``curtail`` (the default) the post boundary runs first and the pre
+boundary only if some outcome of it could still be accepted (:func:`hopeless`): the same decisions, fewer
+continuations, two rounds.
 
 Failures never hang or silently count: a continuation that raises, runs past
 ``max_continuation_turns`` or past ``continuation_timeout_s`` seconds, ends with a non-binary
@@ -28,6 +30,7 @@ import functools
 import hashlib
 import inspect
 import json
+import math
 import pickle
 import zlib
 from collections.abc import Awaitable, Callable
@@ -331,18 +334,20 @@ class _Runner:
                     raise
                 return exc
 
-    async def pairs(self, segment: Segment, pre_seeds: list[int], post_seeds: list[int]) -> list[Result]:
-        """Pre results then post results, in seed order.
+    def pre(self, segment: Segment, seeds: list[int]) -> list[Awaitable[Result]]:
+        """Continuations from ``s_l``, one per seed."""
+        return [self.one(segment.start, s) for s in seeds]
 
-        The post continuations start from ``s_{r+1}`` (``delta_of="states"``), or from ``s_l`` replaying the
-        segment's ``r - l + 1`` recorded actions (``delta_of="choices"``).
-        """
-        pre = (self.one(segment.start, s) for s in pre_seeds)
+    def post(self, segment: Segment, seeds: list[int]) -> list[Awaitable[Result]]:
+        """Continuations from ``s_{r+1}`` (``delta_of="states"``), or from ``s_l`` replaying the segment's
+        ``r - l + 1`` recorded actions (``delta_of="choices"``), one per seed."""
         if self.config.delta_of == "choices":
-            post = (self.one(segment.start, s, replay=segment.num_turns) for s in post_seeds)
-        else:
-            post = (self.one(segment.end + 1, s) for s in post_seeds)
-        return await asyncio.gather(*pre, *post)
+            return [self.one(segment.start, s, replay=segment.num_turns) for s in seeds]
+        return [self.one(segment.end + 1, s) for s in seeds]
+
+    async def pairs(self, segment: Segment, pre_seeds: list[int], post_seeds: list[int]) -> list[Result]:
+        """Pre results then post results, in seed order, all launched at once."""
+        return await asyncio.gather(*self.pre(segment, pre_seeds), *self.post(segment, post_seeds))
 
 
 def _tally(pre: list[Result], post: list[Result]) -> dict[str, int]:
@@ -367,16 +372,16 @@ def _failures(results: list[Result]) -> dict[str, int]:
     return out
 
 
-def _incomplete_reason(pre: list[Result], post: list[Result], need: int, drawn: int) -> str | None:
-    pre_ok = sum(isinstance(r, Outcome) for r in pre)
-    post_ok = sum(isinstance(r, Outcome) for r in post)
-    if pre_ok >= need and post_ok >= need:
+def _incomplete_reason(
+    pre: list[Result], post: list[Result], need: int, drawn: int, not_run: str | None = None
+) -> str | None:
+    """Why too few continuations finished to decide, or ``None``; the boundary ``not_run`` (curtailment) is exempt."""
+    finished = {"pre": sum(isinstance(r, Outcome) for r in pre), "post": sum(isinstance(r, Outcome) for r in post)}
+    if all(n >= need or name == not_run for name, n in finished.items()):
         return None
     first = next(r for r in pre + post if not isinstance(r, Outcome))
-    return (
-        f"too few finished continuations (pre {pre_ok}/{drawn}, post {post_ok}/{drawn}, need {need}); "
-        f"first error: {type(first).__name__}: {first}"
-    )
+    counts = ", ".join(f"{name} not run" if name == not_run else f"{name} {n}/{drawn}" for name, n in finished.items())
+    return f"too few finished continuations ({counts}, need {need}); first error: {type(first).__name__}: {first}"
 
 
 async def verify_segment_detailed(
@@ -398,11 +403,64 @@ async def verify_segment_detailed(
     return await _fixed(runner, segment, direction)
 
 
+def hopeless(first_successes: int, first_count: int, config: ProverConfig, direction: Direction = "gain") -> bool:
+    """Whether no outcome of the second boundary's K continuations could lead to acceptance (curtailment).
+
+    The first boundary is the one acceptance needs higher: post for a gain, pre for a drop. Its outcomes
+    fixed, the second boundary's best case is 0 successes of K (every rule's acceptance grows as that
+    boundary's rate falls and as its count grows at rate 0; checked exhaustively in the tests). If even that
+    is not accepted, no draw is, and the K continuations can be skipped without changing any decision.
+    """
+    k = config.k
+    if direction == "gain":
+        return not accept(0, k, first_successes, first_count, config, direction)[0]
+    return not accept(first_successes, first_count, 0, k, config, direction)[0]
+
+
+def curtailed_cost(p_first: float, config: ProverConfig, direction: Direction = "gain") -> float:
+    """Expected continuations of a curtailed fixed-K verification whose first boundary succeeds at rate ``p_first``.
+
+    ``E[spent] = K + K * P(not hopeless(Y))`` with ``Y ~ Bin(K, p_first)`` (no failures); under the paper's rule
+    ``hopeless`` is ``Y = 0``, so ``E[spent] = K (2 - (1 - p_first)^K)`` for a gain, against ``2 K`` uncurtailed.
+    """
+    k = config.k
+    pmf = [math.comb(k, y) * p_first**y * (1 - p_first) ** (k - y) for y in range(k + 1)]
+    return k + k * sum(p for y, p in enumerate(pmf) if not hopeless(y, k, config, direction))
+
+
+async def _curtailed(
+    runner: _Runner, segment: Segment, pre_seeds: list[int], post_seeds: list[int], direction: Direction
+) -> tuple[list[Result], list[Result], bool]:
+    """Pre and post results of fixed-K sampling with curtailment, and whether the second boundary was skipped.
+
+    The first boundary (post for a gain, pre for a drop) runs first; the second runs only if its outcomes
+    could still lead to acceptance and the first finished enough continuations to decide.
+    """
+    config = runner.config
+    gain = direction == "gain"
+    first: list[Result] = list(
+        await asyncio.gather(*(runner.post(segment, post_seeds) if gain else runner.pre(segment, pre_seeds)))
+    )
+    finished = [r for r in first if isinstance(r, Outcome)]
+    if len(finished) < config.required_finished or hopeless(
+        sum(r.success for r in finished), len(finished), config, direction
+    ):
+        return ([], first, True) if gain else (first, [], True)
+    second: list[Result] = list(
+        await asyncio.gather(*(runner.pre(segment, pre_seeds) if gain else runner.post(segment, post_seeds)))
+    )
+    return (second, first, False) if gain else (first, second, False)
+
+
 async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
     config, trajectory = runner.config, runner.trajectory
     pre_seeds, post_seeds = continuation_seeds(config, trajectory)
-    results = await runner.pairs(segment, pre_seeds, post_seeds)
-    pre, post = results[: config.k], results[config.k :]
+    skipped = False
+    if config.curtail:
+        pre, post, skipped = await _curtailed(runner, segment, pre_seeds, post_seeds, direction)
+    else:
+        results = await runner.pairs(segment, pre_seeds, post_seeds)
+        pre, post = results[: config.k], results[config.k :]
     counts = _tally(pre, post)
     stats = dict(
         sampling="fixed",
@@ -411,12 +469,29 @@ async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tup
         budget=2 * config.k,
         fixed_budget=2 * config.k,
         spent=runner.spent,
-        failures=_failures(results),
+        rounds=1 if skipped or not config.curtail else 2,
+        failures=_failures(pre + post),
     )
-    reason = _incomplete_reason(pre, post, config.required_finished, config.k)
+    second = ("pre" if direction == "gain" else "post") if skipped else None
+    reason = _incomplete_reason(pre, post, config.required_finished, config.k, not_run=second)
     if reason is not None:
         return Verification(accepted=False, reason=reason, incomplete=True, **counts), VerifyStats(
             stop="incomplete", **stats
+        )
+    if skipped:
+        first = "post" if direction == "gain" else "pre"
+        successes, count = counts[f"{first}_successes"], counts[f"{first}_count"]
+        best = (
+            accept(0, config.k, successes, count, config, direction)
+            if direction == "gain"
+            else accept(successes, count, 0, config.k, config, direction)
+        )
+        reason = (
+            f"curtailed: {first} {successes}/{count}; even with 0/{config.k} at {second} it would be rejected "
+            f"({best[1]}), so the {config.k} {second} continuations were not run"
+        )
+        return Verification(accepted=False, reason=reason, curtailed=True, **counts), VerifyStats(
+            stop="curtailed", **stats
         )
     accepted, reason = accept(
         counts["pre_successes"], counts["pre_count"], counts["post_successes"], counts["post_count"], config, direction

@@ -38,7 +38,7 @@ class TurnCredit:
     bonus: float
     """The ProVer bonus on this turn (``lam * Delta`` inside an accepted segment, else 0)."""
     delta: float | None
-    """The verified ``Delta`` on the turns of the verified segment, else ``None``."""
+    """The verified ``Delta`` on the turns of the verified segment, else ``None`` (also when curtailed)."""
     in_segment: bool
     """The turn lies in the segment the judge proposed."""
 
@@ -82,7 +82,8 @@ def credit_view(result: BonusResult, trajectory_ids: Sequence[str] | None = None
         group = by_group[traj.group_id]
         verified_run = group.trajectory_id == tid and group.proposal is not None
         segment = group.proposal.segment if verified_run and group.proposal is not None else None
-        delta = group.verification.delta if verified_run and group.verification is not None else None
+        measured = verified_run and group.verification is not None and not group.verification.curtailed
+        delta = group.verification.delta if measured and group.verification is not None else None
         rows = []
         for t, turn in enumerate(traj.turns):
             inside = segment is not None and segment.start <= t <= segment.end
@@ -124,7 +125,7 @@ def _heading(view: TrajectoryCredit, width: int) -> list[str]:
             "  "
             + shorten(
                 f"verify: pre {v.pre_successes}/{v.pre_count}, post {v.post_successes}/{v.post_count}, "
-                f"Delta = {v.delta:+.3f}: {verdict}",
+                f"{v.delta_text}: {verdict}",
                 width - 2,
             )
         )
@@ -186,7 +187,7 @@ def plot_credit(result: BonusResult, trajectory_id: str, path: str | Path | None
     ax.set_xlabel("turn")
     ax.set_ylabel("advantage")
     g, v = view.group, view.group.verification
-    found = f", Delta = {v.delta:+.3f}" if view.verified_run and v is not None else ""
+    found = f", {v.delta_text}" if view.verified_run and v is not None else ""
     ax.set_title(shorten(f"{trajectory_id} (group {g.group_id}: {g.status}{found})", 80), fontsize=10)
     ax.legend(loc="best", fontsize=8)
     if path is not None:

@@ -305,7 +305,8 @@ async def verify_step(
             judge=KeyJudge(),
             env=ReplayEnv(MenuEnv),
             policy=policy,
-            config=ProverConfig(k=k, seed=11, max_concurrency=64, trigger_high=0.99),
+            # both boundaries always run (no curtailment): this Delta is checked against a truth run below
+            config=ProverConfig(k=k, seed=11, max_concurrency=64, trigger_high=0.99, curtail=False),
         )
     return result, recorder, engine, time.perf_counter() - started
 
@@ -468,7 +469,7 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
             parse_action=lambda g: chat.parse(g.token_ids),
             sampling=sampling,
         )
-        config = ProverConfig(k=truth_k, seed=12345, max_concurrency=64)
+        config = ProverConfig(k=truth_k, seed=12345, max_concurrency=64, curtail=False)
         continuer = env_continuer(ReplayEnv(MenuEnv), policy, config.max_continuation_turns)
         t0 = time.perf_counter()
         truth = asyncio.run(verify_segment(trajectory, record.proposal.segment, continuer, config))
@@ -500,7 +501,7 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
                     off_path[0] += context.observation != trajectory.turns[b].observation
                 return await policy.act(context)
 
-        choices_config = ProverConfig(k=2 * k, seed=54321, max_concurrency=64, delta_of="choices")
+        choices_config = ProverConfig(k=2 * k, seed=54321, max_concurrency=64, delta_of="choices", curtail=False)
         continuer = env_continuer(ReplayEnv(MenuEnv), Counting(), choices_config.max_continuation_turns)
         t0 = time.perf_counter()
         choices = asyncio.run(verify_segment(trajectory, record.proposal.segment, continuer, choices_config))

@@ -144,12 +144,12 @@ def test_without_the_rollouts_rule_every_continuation_fails_before_its_own_first
     trajectory, prompt, completion = chat_record(GENERATED)
     with CompletionsServer(lambda p, b: [50, 50, EOT], eos_token_id=EOT) as server:
         policy = policy_of(server, [(trajectory, prompt, completion)])
-        v = verify(policy, trajectory, ProverConfig(k=2))
+        v = verify(policy, trajectory, ProverConfig(curtail=False, k=2))
         assert {tuple(b["prompt"]) for b in server.requests} == RECORDED_PREFIXES  # action 0 only
         assert len(server.requests) == 4
         server.requests.clear()
         unchecked = policy_of(server, [(trajectory, prompt, completion)], check_contexts=False)
-        verify(unchecked, trajectory, ProverConfig(k=2))
+        verify(unchecked, trajectory, ProverConfig(curtail=False, k=2))
     assert (v.pre_count, v.post_count) == (0, 0)
     # unchecked, a continuation whose first action hit the limit sends a context without its EOT
     assert any(b["prompt"][7:10] == [50, 50, 120] for b in server.requests)
@@ -162,7 +162,7 @@ def test_a_mismatched_record_is_a_recorded_skip_in_compute_bonus() -> None:
             OpenAICompletionsEngine(server.url, "m", backoff_s=0.0, max_attempts=1),
             store_of(rows), render_observation=render, parse_action=parse, sampling=SamplingParams(max_tokens=2),
         )  # fmt: skip
-        result = verify_key_group(rows, policy)
+        result = verify_key_group(rows, policy, ProverConfig(k=4, curtail=False))
     (group,) = result.report.groups
     assert (group.status, group.stage) == ("skipped", "verify")
     assert "TokenRecordError" in group.reason and "the rollout appended [7, 121]" in group.reason
@@ -215,7 +215,7 @@ def test_a_context_with_no_room_left_is_a_recorded_skip_with_the_reason() -> Non
     rows = key_group("g", successes=2)
     with CompletionsServer(seed_model, max_model_len=8) as server:
         policy = policy_of(server, rows, sampling=SamplingParams(max_tokens=1), max_model_len=8)
-        result = verify_key_group(rows, policy)
+        result = verify_key_group(rows, policy, ProverConfig(k=4, curtail=False))
     (group,) = result.report.groups
     assert (group.status, group.stage) == ("skipped", "verify")
     assert "ContextLengthError" in group.reason and "leaves no room" in group.reason

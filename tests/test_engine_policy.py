@@ -213,7 +213,7 @@ def test_the_server_sees_up_to_max_concurrency_requests_at_once_and_never_more(l
     trajectory, prompt, completion = record("a", "g", WIN)
     with CompletionsServer(latency_s=0.4) as server:  # long enough for all requests to overlap on a busy machine
         policy = make_policy(server, store_of([(trajectory, prompt, completion)]), max_concurrency=limit)
-        verify(policy, trajectory, ProverConfig(k=4))  # 8 continuations start together
+        verify(policy, trajectory, ProverConfig(curtail=False, k=4))  # 8 continuations start together
     assert server.max_in_flight == limit
 
 
@@ -331,8 +331,9 @@ def test_a_failing_engine_is_a_recorded_skip_and_grpo_credit_stays(
         result = bonus(server, ProverConfig(k=8), **policy_kw)
     record_g = next(g for g in result.report.groups if g.group_id == "g")
     assert (record_g.status, record_g.stage) == ("skipped", "verify")
-    assert why in record_g.reason and "too few finished continuations (pre 0/8, post 0/8" in record_g.reason
-    assert record_g.verify_stats is not None and record_g.verify_stats.failures == {kind: 16}
+    # the default curtails: the post boundary runs first, fails, and the pre boundary never reaches the server
+    assert why in record_g.reason and "too few finished continuations (pre not run, post 0/8" in record_g.reason
+    assert record_g.verify_stats is not None and record_g.verify_stats.failures == {kind: 8}
     assert result.report.summary() == {
         "not_eligible": 1,
         "unverified": 0,

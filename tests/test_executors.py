@@ -52,7 +52,7 @@ def test_local_wall_time_limit_on_a_continuation_that_never_returns() -> None:
         await asyncio.sleep(3600)
         return True
 
-    config = ProverConfig(k=4, continuation_timeout_s=0.2)
+    config = ProverConfig(curtail=False, k=4, continuation_timeout_s=0.2)
     start = time.monotonic()
     result = compute_bonus(BATCH, judge=DivergenceJudge(), continue_from=hang, config=config)
     assert time.monotonic() - start < 30  # nothing hangs

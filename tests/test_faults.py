@@ -101,7 +101,7 @@ def test_a_blocking_sync_engine_under_a_timeout_neither_holds_the_step_nor_starv
     engine = BlockingEngine(gate)
     policy = engine_policy(engine, store, timeout_s=0.3)
     env = ReplayEnv(lambda: es.KeyEnv(horizon=4))
-    config = ProverConfig(k=8)
+    config = ProverConfig(curtail=False, k=8)
 
     started = time.monotonic()
     result = run_guarded(
@@ -322,7 +322,7 @@ def test_a_failing_reseed_is_a_restore_failure() -> None:
 
     for env in (ReplayEnv(BadSeed), SnapshotEnv(BadSeed)):
         result = compute_bonus(
-            key_group(WINNER), judge=FixedJudge(1, 1), env=env, policy=Wait(), config=ProverConfig(k=2)
+            key_group(WINNER), judge=FixedJudge(1, 1), env=env, policy=Wait(), config=ProverConfig(curtail=False, k=2)
         )
         assert failures(result) == {"restore": 4.0} and "reseed" in result.report.groups[0].reason
 

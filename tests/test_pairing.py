@@ -75,9 +75,12 @@ def test_shared_uniform_variance_is_exact(p_pre: float, p_post: float) -> None:
     Var(Delta) = g(1 - g)/K with g = |gap|, against (p(1-p) + q(1-q))/K unpaired."""
     runs, k = 1000, 8
     gap = abs(p_post - p_pre)
-    paired = np.array([v.delta for v, _ in run_many(ProverConfig(k=k), bernoulli(p_pre, p_post), runs)])
+    paired = np.array([v.delta for v, _ in run_many(ProverConfig(curtail=False, k=k), bernoulli(p_pre, p_post), runs)])
     unpaired = np.array(
-        [v.delta for v, _ in run_many(ProverConfig(k=k, paired_seeds=False), bernoulli(p_pre, p_post), runs)]
+        [
+            v.delta
+            for v, _ in run_many(ProverConfig(curtail=False, k=k, paired_seeds=False), bernoulli(p_pre, p_post), runs)
+        ]
     )
     exact_paired = gap * (1 - gap) / k
     exact_unpaired = (p_pre * (1 - p_pre) + p_post * (1 - p_post)) / k

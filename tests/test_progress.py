@@ -85,7 +85,7 @@ def test_each_stage_of_each_group_at_debug(caplog: pytest.LogCaptureFixture) -> 
         "group g-win: proposed turns [2, 2] of w0",
         "group g-decline: the judge declined: nothing stands out",
         lines[5],
-        "group g-win: verified Delta = +1.000 (pre 0/4, post 4/4, 8 continuations): accepted",
+        "group g-win: verified, Delta = +1.000 (pre 0/4, post 4/4, 8 continuations): accepted",
         lines[7],
     ]
     assert lines[5].startswith("group g-decline declined") and lines[7].startswith("group g-win accepted")

@@ -125,7 +125,13 @@ def test_snapshots_are_keyed_by_content_so_reused_ids_get_no_credit_from_an_old_
     first = compute_bonus(key_group(["wait", "take", "wait", "wait"]), judge=FixedJudge(1, 1), env=env, policy=Wait())
     assert first.report.groups[0].status == "accepted" and first.turn_bonus["g0"].tolist() == [0, 1, 0, 0]
     # next step: the same ids, another episode (the key is taken at turn 2; turn 1 is a harmless wait)
-    second = compute_bonus(key_group(["wait", "wait", "take", "wait"]), judge=FixedJudge(1, 1), env=env, policy=Wait())
+    second = compute_bonus(
+        key_group(["wait", "wait", "take", "wait"]),
+        judge=FixedJudge(1, 1),
+        env=env,
+        policy=Wait(),
+        config=ProverConfig(curtail=False),  # both boundaries run: Delta is measured
+    )
     g = second.report.groups[0]
     assert g.verification is not None and g.verification.delta == 0.0
     assert g.status == "rejected" and no_bonus(second)
@@ -155,7 +161,9 @@ def test_non_binary_continue_from_results_are_counted_invalid_never_successes(re
     g = result.report.groups[0]
     assert g.status == "skipped" and "invalid outcome" in g.reason and no_bonus(result)
     m = result.report.metrics(prefix="")
-    assert m["continuations_failed/invalid_outcome"] == m["continuations"] == 2 * ProverConfig().k
+    assert (
+        m["continuations_failed/invalid_outcome"] == m["continuations"] == ProverConfig().k
+    )  # curtailed: the post boundary failed, pre never ran
 
 
 @pytest.mark.parametrize(
@@ -170,7 +178,9 @@ def test_outcome_validates_like_the_batch(fields: dict[str, Any]) -> None:
         continue_from=lambda t, turn, s: Outcome(**fields),
     )
     assert result.report.groups[0].status == "skipped" and no_bonus(result)
-    assert result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == 2 * ProverConfig().k
+    assert (
+        result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == ProverConfig().k
+    )  # curtailed: the post boundary failed, pre never ran
     assert result.report.metrics(prefix="")["policy_turns"] == 0  # never a negative cost
 
 
@@ -191,7 +201,9 @@ def test_non_binary_step_success_at_the_end_of_a_continuation_is_invalid(success
     )
     g = result.report.groups[0]
     assert g.status == "skipped" and "invalid outcome" in g.reason and no_bonus(result)
-    assert result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == 2 * ProverConfig().k
+    assert (
+        result.report.metrics(prefix="")["continuations_failed/invalid_outcome"] == ProverConfig().k
+    )  # curtailed: the post boundary failed, pre never ran
 
 
 # --- time limits ------------------------------------------------------------------------------------
@@ -208,7 +220,7 @@ def test_timeout_holds_for_a_blocking_synchronous_environment(gate: threading.Ev
         async def act(self, context: PolicyContext) -> str:
             return "wait"
 
-    config = ProverConfig(k=2, continuation_timeout_s=0.3)
+    config = ProverConfig(curtail=False, k=2, continuation_timeout_s=0.3)
     batch = key_group(["wait", "take", "wait", "wait"])
     for policy in (Wait(), AsyncWait()):  # whole continuation in a thread / each sync call in a thread
         result = run_guarded(
@@ -225,7 +237,7 @@ def test_timeout_holds_for_a_blocking_synchronous_policy_and_hook(gate: threadin
             gate.wait()
             return "wait"
 
-    config = ProverConfig(k=2, continuation_timeout_s=0.3)
+    config = ProverConfig(curtail=False, k=2, continuation_timeout_s=0.3)
     batch = key_group(["wait", "take", "wait", "wait"])
     for kwargs in (
         dict(env=SnapshotEnv(KeyRoom), policy=Blocking()),

@@ -95,16 +95,16 @@ def test_failures_make_the_boundary_incomplete_and_name_the_error() -> None:
             raise RuntimeError("simulator crashed")
         return turn >= 3
 
-    seeds = continuation_seeds(ProverConfig(k=8), traj)[0]
+    seeds = continuation_seeds(ProverConfig(curtail=False, k=8), traj)[0]
     crashed = sum(s % 3 == 0 for s in seeds)
     assert crashed > 0
-    v = verify(traj, seg, hook_continuer(flaky), ProverConfig(k=8))
+    v = verify(traj, seg, hook_continuer(flaky), ProverConfig(curtail=False, k=8))
     assert v.incomplete and not v.accepted and "simulator crashed" in v.reason
     assert v.failed_continuations == 2 * crashed and v.pre_count == 8 - crashed
-    v = verify(traj, seg, hook_continuer(flaky), ProverConfig(k=8, min_finished=8 - crashed))
+    v = verify(traj, seg, hook_continuer(flaky), ProverConfig(curtail=False, k=8, min_finished=8 - crashed))
     assert v.accepted and not v.incomplete and v.delta == 1.0
     with pytest.raises(RuntimeError, match="simulator crashed"):
-        verify(traj, seg, hook_continuer(flaky), ProverConfig(k=8, strict=True))
+        verify(traj, seg, hook_continuer(flaky), ProverConfig(curtail=False, k=8, strict=True))
 
 
 def test_never_ending_continuation_hits_the_turn_limit() -> None:
@@ -114,7 +114,7 @@ def test_never_ending_continuation_hits_the_turn_limit() -> None:
 
     traj = next(t for t in rollout_batch(MDP, 4, 8, seed=0) if t.success)
     cont = env_continuer(SnapshotEnv(lambda: MDPEnv(VaultMDP(horizon=10_000))), Forever(), max_turns=25)
-    v = verify(traj, Segment(trajectory_id=traj.id, start=0, end=0), cont, ProverConfig(k=2))
+    v = verify(traj, Segment(trajectory_id=traj.id, start=0, end=0), cont, ProverConfig(curtail=False, k=2))
     assert v.incomplete and "ContinuationLimitError" in v.reason and v.failed_continuations == 4
 
 

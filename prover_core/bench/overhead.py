@@ -113,7 +113,7 @@ def time_batch(
 ) -> Timing:
     """Time every stage above on one synthetic batch of ``batch_size`` trajectories of ``turns`` turns."""
     judge = judge or DivergenceJudge()
-    config = config or ProverConfig(k=8)  # the paper's K: the figures in docs/ were measured with it
+    config = config or ProverConfig(k=8, curtail=False)  # the paper's K, one round: as the figures in docs/
     raw = synthetic_batch(batch_size, turns)
     batch = [Trajectory.model_validate(t) for t in raw]
     rewards = np.array([t.success for t in batch], dtype=np.float64).reshape(-1, 8)

@@ -136,7 +136,8 @@ def render(run: DemoRun) -> str:
     ]
     errors = []
     for g in r.report.groups:
-        if g.status in ("accepted", "rejected") and g.proposal and g.verification and g.trajectory_id:
+        measured = g.verification is not None and not g.verification.curtailed
+        if g.status in ("accepted", "rejected") and measured and g.proposal and g.verification and g.trajectory_id:
             v = run.exact_values(r.trajectories[g.trajectory_id])
             seg = g.proposal.segment
             errors.append((g, v[seg.end + 1] - v[seg.start]))
@@ -151,7 +152,7 @@ def render(run: DemoRun) -> str:
             f"Group {g.group_id}: {g.successes}/{g.size} succeeded; representative {traj.id} ({traj.num_turns} turns)",
             *textwrap.wrap(f"Judge: turns {seg.start}..{seg.end}: {g.proposal.rationale}", 100, subsequent_indent="  "),
             f"Verify: pre {ver.pre_successes}/{ver.pre_count}, post {ver.post_successes}/{ver.post_count}, "
-            f"Delta = {ver.delta:+.3f} (exact V(s_post) - V(s_pre) = {exact:+.3f}) -> {g.status}",
+            f"{ver.delta_text} (exact V(s_post) - V(s_pre) = {exact:+.3f}) -> {g.status}",
             "",
             f"{'turn':>4}  {'observation':<58} {'action':<12} {'GRPO A':>7} {'bonus':>7} {'A+bonus':>8} {'V(s_t)':>7}",
         ]
@@ -165,6 +166,11 @@ def render(run: DemoRun) -> str:
             )
     if errors:
         mae = sum(abs((g.verification.delta if g.verification else 0.0) - ex) for g, ex in errors) / len(errors)
-        lines += ["", f"Across {len(errors)} verified groups: mean |Delta - exact| = {mae:.3f} (K = sampling error)"]
+        curtailed = sum(g.verification is not None and g.verification.curtailed for g in r.report.groups)
+        left_out = f"; {curtailed} curtailed, not measured" if curtailed else ""
+        lines += [
+            "",
+            f"Across {len(errors)} verified groups: mean |Delta - exact| = {mae:.3f} (K = sampling error){left_out}",
+        ]
     lines.append("Every other turn and trajectory keeps its GRPO advantage; tokens get A+bonus on action spans only.")
     return "\n".join(lines)

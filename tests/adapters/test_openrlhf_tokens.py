@@ -195,8 +195,9 @@ def test_a_failing_engine_skips_the_group_and_keeps_openrlhf_advantages() -> Non
     credited = maker.compute_advantages_and_returns(experiences)
     (group,) = maker.last_report.groups
     assert (group.status, group.stage) == ("skipped", "verify")
-    assert group.verification.failed_continuations == 16 and group.verify_stats.failures == {"error": 16}
-    assert maker.last_metrics["prover/engine_failures"] == maker.last_metrics["prover/engine_calls"] == 16
+    # curtailed (the default): the 8 post continuations fail, the pre boundary is never run
+    assert group.verification.failed_continuations == 8 and group.verify_stats.failures == {"error": 8}
+    assert maker.last_metrics["prover/engine_failures"] == maker.last_metrics["prover/engine_calls"] == 8
     for exp, ref in zip(credited, stock, strict=True):
         assert torch.equal(exp.advantages, ref.advantages)
 
