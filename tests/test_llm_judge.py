@@ -298,8 +298,8 @@ def test_agentic_tool_calls_then_answer() -> None:
     tool_msgs = [m for m in second["messages"] if m["role"] == "tool"]
     assert tool_msgs[0]["tool_call_id"] == "call_0"
     # "open door": g-f0 turn 1 has "door" and "open" (score 2), listed first; k=2 gives g-f1 turn 1 next
-    assert tool_msgs[0]["content"].splitlines()[0].startswith("run 'g-f0' turn 1 (score 2)")
-    assert tool_msgs[0]["content"].splitlines()[1].startswith("run 'g-f1' turn 1 (score 2)")
+    assert tool_msgs[0]["content"].splitlines()[0].startswith("run 'g-f0' turn 1 (score 2, failed)")
+    assert tool_msgs[0]["content"].splitlines()[1].startswith("run 'g-f1' turn 1 (score 2, failed)")
     tool_msgs = [m for m in third["messages"] if m["role"] == "tool"]
     assert "turns 1..2:" in tool_msgs[1]["content"] and "take key" in tool_msgs[1]["content"]
     assert tool_msgs[2]["content"].startswith("error: turns 5..6 are out of range")

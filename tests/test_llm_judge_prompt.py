@@ -149,7 +149,8 @@ def test_prompts_with_swapped_roles_examine_the_failed_run() -> None:
     assert "one failed run of a task and several successful runs" in system
     assert "segment of consecutive turns [start_turn, end_turn] of the FAILED run" in system
     assert "mistake of the failed run that the successful runs avoided" in system
-    assert "finds turns of the successful runs" in system and "If no segment of the failed run fits" in system
+    assert "finds turns of the other runs, the successful ones first" in system
+    assert "If no segment of the failed run fits" in system
     user = user_prompt(failed, wins, RULES, cfg(), default_action_error)
     assert user.startswith("## Failed run 'f' (3 turns, failed)")
     assert "## Successful runs (1)" in user and "### successful run 'w0' (4 turns, succeeded)" in user
@@ -220,7 +221,7 @@ def test_search_ranks_by_shared_words_then_run_then_turn() -> None:
     # "door locked": f1 t1 (door, locked) = 2, f1 t2 = 2, f1 t0 = 0; f2 none
     out = box.run("search_trajectory", '{"query": "Door LOCKED", "k": 5}').splitlines()
     assert [line.split(" (")[0] for line in out] == ["run 'f1' turn 1", "run 'f1' turn 2"]
-    assert "(score 2)" in out[0]
+    assert "(score 2, failed)" in out[0]
     # "hall door": five turns score 1; ties go by run then turn, and k is capped at max_search_results=3
     out = box.run("search_trajectory", '{"query": "hall door", "k": 10}').splitlines()
     assert [line.split(" (")[0] for line in out] == ["run 'f1' turn 0", "run 'f1' turn 1", "run 'f1' turn 2"]
@@ -238,6 +239,26 @@ def test_get_segment_reads_any_run_within_bounds() -> None:
     out = box.run("get_segment", '{"trajectory_id": "s", "start_turn": 0, "end_turn": 2}')
     assert "turns 0..1:" in out and "--- turn 2 ---" not in out  # capped at max_segment_read=2
     assert "out of range" in box.run("get_segment", '{"trajectory_id": "s", "start_turn": 1, "end_turn": 9}')
+
+
+def test_the_tools_reach_the_other_successes_too_and_name_each_runs_outcome() -> None:
+    s = traj("s", True, ["take key", "open door", "win"], ["hall", "door locked", "vault"])
+    f1 = traj("f1", False, ["go west", "open door"], ["hall", "door locked"])
+    s2 = traj("s2", True, ["take key", "open door"], ["hall", "key glints"])
+    box = Toolbox(s, [f1], cfg(max_search_results=5), default_action_error, alike=[s2])
+    out = box.run("search_trajectory", '{"query": "key", "k": 5}').splitlines()
+    # f1 has no "key"; s2 turn 0 (action) and turn 1 (observation) do: the compared runs come first, then alike
+    assert [line.split(": observation")[0] for line in out] == [
+        "run 's2' turn 0 (score 1, succeeded)",
+        "run 's2' turn 1 (score 1, succeeded)",
+    ]
+    out = box.run("search_trajectory", '{"query": "open door", "k": 5}').splitlines()
+    # f1 turn 1 and s2 turn 1 both score 2: the tie goes to the compared run
+    assert out[0].startswith("run 'f1' turn 1 (score 2, failed)")
+    assert out[1].startswith("run 's2' turn 1 (score 2, succeeded)")
+    assert box.run("get_segment", '{"trajectory_id": "s2", "start_turn": 0, "end_turn": 0}').startswith(
+        "run 's2' (succeeded), turns 0..0:"
+    )
     assert "unknown trajectory_id 'zz'" in box.run(
         "get_segment", '{"trajectory_id": "zz", "start_turn": 0, "end_turn": 0}'
     )

@@ -77,7 +77,7 @@ class Conversation:
             if config.answer_form == "span"
             else answer_schema(success, rules, check, config.allow_decline)
         )
-        self.toolbox = Toolbox(success, failures, config, check)
+        self.toolbox = Toolbox(success, failures, config, check, alike)
         self.tools_open = config.mode == "agentic" and config.max_tool_rounds > 0
         self.repairs = 0
         self.tool_rounds = 0

@@ -153,7 +153,8 @@ _SPAN_LINE = (
 )
 
 _TOOLS_TEXT = """\
-Before answering you may call the tools search_trajectory(query, k) (finds turns of the {others} runs) and \
+Before answering you may call the tools search_trajectory(query, k) (finds turns of the other runs, the {others} \
+ones first) and \
 get_segment(trajectory_id, start_turn, end_turn) (reads turns of any run in full), for at most {rounds} rounds.
 """
 

@@ -1,9 +1,10 @@
 """The agentic judge's two tools, run locally over the group's trajectories.
 
-* ``search_trajectory(query, k)``: the ``k`` turns of the compared runs (the failed runs; the successful
-  ones when ``compute_bonus`` swaps the roles for negative credit) that share the most words with
+* ``search_trajectory(query, k)``: the ``k`` turns of the other runs that share the most words with
   ``query`` (score = number of distinct lower-case word tokens of the query found in the turn's
-  observation and action; ties: run order, then turn order; turns scoring 0 are not returned).
+  observation and action; ties: run order, then turn order; turns scoring 0 are not returned). The other
+  runs are the compared ones (the failed runs; the successful ones when ``compute_bonus`` swaps the roles
+  for negative credit), then those with the examined run's outcome (``alike``); each hit names its outcome.
 * ``get_segment(trajectory_id, start_turn, end_turn)``: turns ``start..end`` (inclusive) of any run
   of the group, at most ``max_segment_read`` of them, fields clipped to ``max_field_chars``.
 
@@ -76,13 +77,18 @@ def _int(args: dict[str, Any], name: str) -> int:
 
 
 class Toolbox:
-    """Runs tool calls over one group's successful and failed runs."""
+    """Runs tool calls over one group's runs: the examined one, the compared ones and ``alike`` (same outcome)."""
 
     def __init__(
-        self, success: Trajectory, failures: Sequence[Trajectory], config: LLMJudgeConfig, check: ActionCheck
+        self,
+        success: Trajectory,
+        failures: Sequence[Trajectory],
+        config: LLMJudgeConfig,
+        check: ActionCheck,
+        alike: Sequence[Trajectory] = (),
     ) -> None:
-        self.runs = {t.id: t for t in (success, *failures)}
-        self.failures = list(failures)
+        self.runs = {t.id: t for t in (success, *failures, *alike)}
+        self.others = [*failures, *alike]
         self.config = config
         self.check = check
 
@@ -113,7 +119,7 @@ class Toolbox:
         if not words:
             raise ValueError("query has no words")
         hits: list[tuple[int, int, int, str]] = []  # (-score, run index, turn, text)
-        for r, run in enumerate(self.failures):
+        for r, run in enumerate(self.others):
             for t, turn in enumerate(run.turns):
                 text = f"{as_text(turn.observation)}\n{as_text(turn.action)}"
                 score = len(words & _words(text))
@@ -125,10 +131,12 @@ class Toolbox:
         field = self.config.preview_field_chars
         out = []
         for neg, r, t, run_id in hits[:k]:
-            turn = self.failures[r].turns[t]
+            run = self.others[r]
+            turn = run.turns[t]
+            outcome = "succeeded" if run.success else "failed"
             out.append(
-                f"run {run_id!r} turn {t} (score {-neg}): observation: {clip(as_text(turn.observation), field)} "
-                f"| action: {clip(as_text(turn.action), field)}"
+                f"run {run_id!r} turn {t} (score {-neg}, {outcome}): "
+                f"observation: {clip(as_text(turn.observation), field)} | action: {clip(as_text(turn.action), field)}"
             )
         return "\n".join(out)
 
