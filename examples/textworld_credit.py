@@ -146,8 +146,8 @@ def credited(judge_name: str, result: BonusResult) -> list[Credited]:
             seg, run = record.proposal.segment, result.trajectories[record.trajectory_id]
             commands = tuple(str(t.action) for t in run.turns[seg.start : seg.end + 1])
             share = key_share(run, seg.start, seg.end)
-        measured = record.verification is not None and not record.verification.curtailed
-        delta = record.verification.delta if measured and record.verification is not None else None
+        verification = record.verification
+        delta = verification.delta if verification is not None and not verification.curtailed else None
         out.append(Credited(judge_name, game_seed, record.group_id, record.status, commands, delta, share))
     return out
 

@@ -403,18 +403,28 @@ async def verify_segment_detailed(
     return await _fixed(runner, segment, direction)
 
 
-def hopeless(first_successes: int, first_count: int, config: ProverConfig, direction: Direction = "gain") -> bool:
-    """Whether no outcome of the second boundary's K continuations could lead to acceptance (curtailment).
+def best_case(
+    first_successes: int, first_count: int, config: ProverConfig, direction: Direction = "gain"
+) -> tuple[bool, str]:
+    """The rule's decision (and reason) if the second boundary's K continuations all failed.
 
     The first boundary is the one acceptance needs higher: post for a gain, pre for a drop. Its outcomes
-    fixed, the second boundary's best case is 0 successes of K (every rule's acceptance grows as that
-    boundary's rate falls and as its count grows at rate 0; checked exhaustively in the tests). If even that
-    is not accepted, no draw is, and the K continuations can be skipped without changing any decision.
+    fixed, 0 successes of K is the second boundary's best case (every rule's acceptance grows as that
+    boundary's rate falls and as its count grows at rate 0; checked exhaustively in the tests).
     """
     k = config.k
     if direction == "gain":
-        return not accept(0, k, first_successes, first_count, config, direction)[0]
-    return not accept(first_successes, first_count, 0, k, config, direction)[0]
+        return accept(0, k, first_successes, first_count, config, direction)
+    return accept(first_successes, first_count, 0, k, config, direction)
+
+
+def hopeless(first_successes: int, first_count: int, config: ProverConfig, direction: Direction = "gain") -> bool:
+    """Whether no outcome of the second boundary's K continuations could lead to acceptance (curtailment).
+
+    If even the :func:`best_case` is rejected, no draw is accepted, and the K continuations can be skipped
+    without changing any decision.
+    """
+    return not best_case(first_successes, first_count, config, direction)[0]
 
 
 def curtailed_cost(p_first: float, config: ProverConfig, direction: Direction = "gain") -> float:
@@ -481,14 +491,10 @@ async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tup
     if skipped:
         first = "post" if direction == "gain" else "pre"
         successes, count = counts[f"{first}_successes"], counts[f"{first}_count"]
-        best = (
-            accept(0, config.k, successes, count, config, direction)
-            if direction == "gain"
-            else accept(successes, count, 0, config.k, config, direction)
-        )
+        _, why = best_case(successes, count, config, direction)
         reason = (
             f"curtailed: {first} {successes}/{count}; even with 0/{config.k} at {second} it would be rejected "
-            f"({best[1]}), so the {config.k} {second} continuations were not run"
+            f"({why}), so the {config.k} {second} continuations were not run"
         )
         return Verification(accepted=False, reason=reason, curtailed=True, **counts), VerifyStats(
             stop="curtailed", **stats

@@ -82,8 +82,8 @@ def credit_view(result: BonusResult, trajectory_ids: Sequence[str] | None = None
         group = by_group[traj.group_id]
         verified_run = group.trajectory_id == tid and group.proposal is not None
         segment = group.proposal.segment if verified_run and group.proposal is not None else None
-        measured = verified_run and group.verification is not None and not group.verification.curtailed
-        delta = group.verification.delta if measured and group.verification is not None else None
+        verification = group.verification if verified_run else None
+        delta = verification.delta if verification is not None and not verification.curtailed else None
         rows = []
         for t, turn in enumerate(traj.turns):
             inside = segment is not None and segment.start <= t <= segment.end
