@@ -8,7 +8,9 @@ successes as ``others``); its nominations are split by whether the group had one
 exact decision value of the nominated turn and, in brackets, of a random turn of the same run. Then, per
 gymnasium table: the mean over groups of the best single turn's decision value in the representative run (what a
 perfect one-turn judge would find), and the mean value of the run's choices that are rare at their state (at most
-a fifth of the group's choices there). No verification: proposals only.
+a fifth of the group's choices there), and at the best turn's state how many of the failed runs that stood there
+made the same choice (the best turn is findable by comparing choices at a state only where few did). No
+verification: proposals only.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def main() -> None:
     split: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     tables: dict[str, list[float]] = collections.defaultdict(list)
     rare: dict[str, list[float]] = collections.defaultdict(list)
+    copied: dict[str, list[float]] = collections.defaultdict(list)  # per group: failed runs at t*'s state choosing a_t*
     for case in quick_cases(args.held_out, args.seed):
         assert case.decision is not None
         for run, failures, others in eligible_groups(case, config):
@@ -41,6 +44,12 @@ def main() -> None:
             if case.kind == "gymnasium" and values:
                 tables[case.name].append(max(values))
                 key = repeating_key(members)
+                best = run.turns[values.index(max(values))]
+                o, a = key(best.observation), value_key(best.action)
+                there = [[value_key(u.action) for u in f.turns if key(u.observation) == o] for f in failures]
+                there = [acts for acts in there if acts]
+                if there:
+                    copied[case.name].append(sum(a in acts for acts in there) / len(there))
                 chosen: collections.Counter[tuple[Hashable, Hashable]] = collections.Counter()
                 at: collections.Counter[Hashable] = collections.Counter()
                 for t in (turn for m in members for turn in m.turns):
@@ -62,11 +71,17 @@ def main() -> None:
     print("|---|---|---|---|")
     for (kind, which), (n, value, same) in sorted(split.items()):
         print(f"| {kind} | {which} | {n:.0f} | {value / n:+.3f} ({same / n:+.3f}) |")
-    print("\n| gymnasium table | groups | best turn of the run | rare choices of the run (turns) |")
-    print("|---|---|---|---|")
+    print(
+        "\n| gymnasium table | groups | best turn of the run | rare choices of the run (turns) "
+        "| best turn: failed runs at its state that made the same choice (groups where any did) |"
+    )
+    print("|---|---|---|---|---|")
     for name, best in tables.items():
-        r = rare[name]
-        print(f"| {name} | {len(best)} | {sum(best) / len(best):+.3f} | {sum(r) / len(r):+.3f} ({len(r)}) |")
+        r, c = rare[name], copied[name]
+        print(
+            f"| {name} | {len(best)} | {sum(best) / len(best):+.3f} | {sum(r) / len(r):+.3f} ({len(r)}) "
+            f"| {sum(c) / len(c):.2f} ({sum(x > 0 for x in c)} of {len(c)}) |"
+        )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ is small only when the failed runs avoided ``a`` more than the policy would: a c
 is no evidence that they avoided it. ``pi(a | o)`` is read from the successful run's ``turn.info["logprob"]``
 at that turn (exact here: the harness's policies are tabular).
 
-Three judges, with the same levels, ties and threshold as ``ChoiceJudge`` (its ``p`` replaced): ``choice``
-(the Fisher ``p``), ``policy`` (``p_pi``) and ``both`` (``max`` of the two: both tests must reject). For every
+Four judges, with the same levels, ties and threshold as ``ChoiceJudge`` (its ``p`` replaced): ``choice``
+(the Fisher ``p``), ``policy`` (``p_pi``), ``both`` (``max`` of the two: both tests must reject) and ``both,
+no divergence`` (the same without the divergence level, which needs no ``p``: every nomination passed both
+tests). For every
 eligible group of the harness's batches (``prover bench judges --quick``: 2 batches of 16 groups x 8 per
 tabular environment), asked as ``compute_bonus`` asks (the group's other successes as ``others``): groups
 nominated, the mean exact decision value of the nominated turn and, in brackets, of a random turn of the same
@@ -95,8 +97,8 @@ class PolicyEvidence(ChoiceEvidence):
 class PolicyTestJudge(ChoiceJudge):
     """``ChoiceJudge`` with ``p`` replaced (:class:`PolicyEvidence`); levels, ties and ``alpha`` unchanged."""
 
-    def __init__(self, both: bool) -> None:
-        super().__init__()
+    def __init__(self, both: bool, divergence: bool = True) -> None:
+        super().__init__(divergence=divergence)
         self.both = both
 
     def evidence(
@@ -118,7 +120,12 @@ def main() -> None:
     args = parser.parse_args()
     _check_at_most()
     config = ProverConfig()
-    judges = {"choice": ChoiceJudge(), "policy": PolicyTestJudge(both=False), "both": PolicyTestJudge(both=True)}
+    judges = {
+        "choice": ChoiceJudge(),
+        "policy": PolicyTestJudge(both=False),
+        "both": PolicyTestJudge(both=True),
+        "both, no divergence": PolicyTestJudge(both=True, divergence=False),
+    }
     rows: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0, 0.0, 0.0, 0])
     for case in quick_cases(args.held_out, args.seed, logprobs=True):
         for run, failures, others in eligible_groups(case, config):

@@ -36,6 +36,7 @@ from prover_core.bench.judge_eval import (
     run_judge_bench,
 )
 from prover_core.bench.luck import PitCorridor
+from prover_core.bench.oracle import ORACLE
 from prover_core.bench.suite import ITEMS
 from prover_core.bench.tabular import Sampler, compile_mdp, value_table
 from prover_core.cli import main
@@ -299,7 +300,7 @@ def test_quick_harness_prints_one_table_of_judges_by_environments(tmp_path, caps
         "Taxi rainy",
         "CliffWalking slippery",
     }
-    assert all(set(rows) == {"choice", "anchor", "divergence", "random"} for rows in bench.results.values())
+    assert all(set(rows) == {"choice", "anchor", "divergence", "random", ORACLE} for rows in bench.results.values())
     assert set(bench.families()) == {"corridor", "luck", "nonce", "gymnasium"}
     assert (
         main(

@@ -22,6 +22,9 @@ Figures per (judge, environment), pooled over groups:
   group the judge nominated, put through the same ``compute_bonus`` verification: its acceptance,
   exact gain and decision value.
 
+Beside the judges, on tabular environments, the ceiling (:mod:`prover_core.bench.oracle`): the admissible turn
+with the largest exact decision value; where even it has no effect in every group, there was nothing to find.
+
 A judge *beats random of its lengths* on an environment when its decision value is larger than the
 same-length expectation (environments with exact values) or, without exact values (TextWorld), when its
 localisation is larger than the same-length expectation.
@@ -42,6 +45,7 @@ from prover_core.bench.judge_cases import (
     CORRIDORS,
     HELD_OUT,
     LUCK,
+    NO_EFFECT,
     NONCE,
     TEXTWORLD,
     TEXTWORLD_HELD_OUT,
@@ -53,6 +57,7 @@ from prover_core.bench.judge_cases import (
     textworld_case,
 )
 from prover_core.bench.methods import run_bonus_with
+from prover_core.bench.oracle import ORACLE, BestTurn, nothing_to_find
 from prover_core.bench.tables import markdown_table
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
@@ -440,6 +445,8 @@ class JudgeBench:
             "rest declined); acc: accepted (Delta > 0) / verified; gain: mean exact V(post) - V(pre) of "
             "nominated segments (tabular only); "
             "len: mean turns per nominated segment (random admissible segments: about 2.5). "
+            f"{ORACLE}: the admissible turn with the largest exact decision value (it reads the truth: the "
+            "ceiling of a one-turn judge, tabular only). "
             "value: mean decision value sum(Q - V) of nominated segments (tabular only; in brackets: random "
             "admissible segments of the same lengths in the same runs, exact expectation); no-effect: share of "
             "nominated turns with |Q - V| < 0.05; same-length verified: random segments of the judge's lengths "
@@ -461,6 +468,14 @@ class JudgeBench:
                 f"(decision value, localisation without exact values) in {sum(b is True for b in beats)} of "
                 f"{sum(b is not None for b in beats)}"
             )
+        empty = nothing_to_find(self.results)
+        if empty:
+            lines.append(
+                f"- nothing to find in {'; '.join(empty)}: the best admissible turn of every eligible run had "
+                f"|Q - V| < {NO_EFFECT} ({ORACLE}: no-effect 1.00), so every turn any judge nominates there is one "
+                "without effect, a judge meets a no-effect bound there only by declining, and no judge's decision "
+                "value can exceed the oracle's"
+            )
         lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -473,8 +488,8 @@ def _credited(row: Mapping[str, float]) -> str:
 
 
 def _judge_order(name: str) -> tuple[int, str]:
-    order = {"choice": 0, "anchor": 1, "divergence": 2, "random": 3}
-    return order.get(name, 3), name
+    order = {"choice": 0, "anchor": 1, "divergence": 2, "random": 3, ORACLE: 5}
+    return order.get(name, 4), name
 
 
 def _fmt(value: float, signed: bool = False, digits: int = 2) -> str:
@@ -545,6 +560,8 @@ def run_judge_bench(
             judges: dict[str, Judge] = {**offline_judges(seed), **(extra_judges or {})}
             if extra_judges and "llm" in extra_judges:  # the combination rule: the LLM only where choice declines
                 judges["choice, then llm"] = FirstOf(ChoiceJudge(), extra_judges["llm"])
+            if case.decision is not None:  # the ceiling: what there was to find (reads the truth)
+                judges[ORACLE] = BestTurn(case.decision)
             for judge_name, judge in judges.items():
                 tally = evaluate(case, judge, config, same_length=judge_name != "random", seed=seed)
                 tallies.setdefault(judge_name, JudgeTally()).add(tally)
