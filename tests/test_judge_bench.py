@@ -19,6 +19,7 @@ from prover_core.bench.judge_cases import (
     Case,
     TableMDP,
     TabularEnv,
+    boltzmann,
     decision_gap,
     decision_values,
     epsilon_greedy,
@@ -167,6 +168,14 @@ def test_epsilon_greedy_puts_the_greedy_mass_on_the_best_action() -> None:
     c = compile_mdp(GAMBLE)
     probs = np.exp(epsilon_greedy(0.3)(c))
     assert np.allclose(probs, [0.7 + 0.1, 0.1, 0.1])
+
+
+def test_boltzmann_weighs_each_action_by_exp_of_its_optimal_value_over_t() -> None:
+    # by hand: Q* = (1, 0.3, 0) at the gamble's one state; at T = 0.5 the weights are e^2, e^0.6, e^0
+    c = compile_mdp(GAMBLE)
+    weights = np.exp([2.0, 0.6, 0.0])
+    assert np.allclose(np.exp(boltzmann(0.5)(c)), weights / weights.sum())
+    assert np.allclose(np.exp(boltzmann(1e-3)(c)), [1.0, 0.0, 0.0])  # cold: the greedy action, no overflow
 
 
 def _case(pivots: Sequence[int], wins: Sequence[bool]) -> Case:

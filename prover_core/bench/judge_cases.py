@@ -184,23 +184,43 @@ def gym_table(env_id: str, horizon: int, win: Callable[[float], bool], **kwargs:
         env.close()
 
 
+def optimal_q(c: Compiled) -> FloatArray:
+    """``Q*(o, a)`` per parameter: the optimal success probability within the whole horizon (value iteration)."""
+    v = np.zeros(len(c.states))
+    q = np.zeros(c.n_params)
+    for _ in range(c.horizon):
+        q = np.zeros(c.n_params)
+        np.add.at(q, c.e_param, c.e_prob * np.where(c.e_done, c.e_win.astype(float), v[c.e_dst]))
+        best = np.maximum.reduceat(q, c.offset[:-1])
+        v = best[c.obs_of]
+    return q
+
+
 def epsilon_greedy(epsilon: float) -> Callable[[Compiled], FloatArray]:
     """``pi = (1 - epsilon) * greedy(Q*) + epsilon * uniform``, ``Q*`` the optimal success probability
     within the horizon (ties share the greedy mass)."""
 
     def logits(c: Compiled) -> FloatArray:
-        v = np.zeros(len(c.states))
-        q = np.zeros(c.n_params)
-        for _ in range(c.horizon):
-            q = np.zeros(c.n_params)
-            np.add.at(q, c.e_param, c.e_prob * np.where(c.e_done, c.e_win.astype(float), v[c.e_dst]))
-            best = np.maximum.reduceat(q, c.offset[:-1])
-            v = best[c.obs_of]
+        q = optimal_q(c)
         block = np.repeat(np.arange(len(c.observations)), np.diff(c.offset))
         greedy = (q >= np.maximum.reduceat(q, c.offset[:-1])[block] - 1e-12).astype(float)
         greedy /= np.add.reduceat(greedy, c.offset[:-1])[block]
         uniform = 1.0 / np.diff(c.offset)[block]
         out: FloatArray = np.log((1.0 - epsilon) * greedy + epsilon * uniform)
+        return out
+
+    return logits
+
+
+def boltzmann(temperature: float) -> Callable[[Compiled], FloatArray]:
+    """``pi(a | o) proportional to exp(Q*(o, a) / temperature)``: a policy that prefers better actions in
+    proportion to how much better they are (``Q*`` as in :func:`epsilon_greedy`)."""
+
+    def logits(c: Compiled) -> FloatArray:
+        q = optimal_q(c) / temperature
+        block = np.repeat(np.arange(len(c.observations)), np.diff(c.offset))
+        z = q - np.maximum.reduceat(q, c.offset[:-1])[block]
+        out: FloatArray = z - np.log(np.add.reduceat(np.exp(z), c.offset[:-1]))[block]
         return out
 
     return logits
