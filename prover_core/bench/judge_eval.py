@@ -472,8 +472,8 @@ class JudgeBench:
         if empty:
             lines.append(
                 f"- nothing to find in {'; '.join(empty)}: the best admissible turn of every eligible run had "
-                f"|Q - V| < {NO_EFFECT} ({ORACLE}: no-effect 1.00), so every turn any judge nominates there is one "
-                "without effect, a judge meets a no-effect bound there only by declining, and no judge's decision "
+                f"|Q - V| < {NO_EFFECT} ({ORACLE}: no-effect 1.00), so every turn a judge nominates there is without "
+                "effect or harmful, credit there lands on no choice that helped, and no one-turn judge's decision "
                 "value can exceed the oracle's"
             )
         lines += [f"- {n}" for n in self.notes]

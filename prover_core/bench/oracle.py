@@ -6,9 +6,10 @@ run; beside the real judges it shows what there was to find. For the successful 
     t* = argmax_t  Q_h(s_t, a_t) - V_h(s_t)      over the admissible one-turn segments [t, t] of S
 
 (ties to the earliest). Where even ``t*`` has no effect (``|Q - V| < NO_EFFECT``) in every group of an
-environment, no judge can keep its credit off turns without effect there except by declining, and its
-decision value is at most ``t*``'s (a random turn's is the bracket beside it): a criterion measured on
-such an environment says nothing about localisation (:func:`nothing_to_find`).
+environment, every turn a judge could nominate there is without effect or harmful, so its credit lands on no
+choice that helped, and a one-turn judge's decision value is at most ``t*``'s (a random turn's is the bracket
+beside it): a criterion measured on such an environment says nothing about localisation
+(:func:`nothing_to_find`).
 """
 
 from __future__ import annotations
