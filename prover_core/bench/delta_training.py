@@ -228,9 +228,10 @@ def _said(name: str, by_arm: dict[str, ArmResult], say: Callable[[str], None]) -
     return by_arm
 
 
-def run_environment(name: str, settings: DeltaSettings) -> dict[str, ArmResult]:
-    """Every arm at its best lr on the environment called ``name``."""
-    env = next(e for e in environments() if e.name == name)
+def run_environment(name: str | TabularEnv, settings: DeltaSettings) -> dict[str, ArmResult]:
+    """Every arm at its best lr on the environment called ``name`` (of :func:`environments`), or on ``name``
+    itself when it is a :class:`TabularEnv`."""
+    env = name if isinstance(name, TabularEnv) else next(e for e in environments() if e.name == name)
     by_arm: dict[str, ArmResult] = {}
     for arm in ARMS:
         size = 0
