@@ -31,24 +31,19 @@ import dataclasses
 import time
 
 from prover_core.bench.delta_training import DeltaSettings, markdown, run_environment
-from prover_core.bench.judge_cases import TabularEnv, epsilon_greedy, gym_table
-
-
-def _positive(reward: float) -> bool:
-    return reward > 0
-
+from prover_core.bench.judge_cases import TabularEnv, epsilon_greedy, gym_table, wins_if_positive
 
 TABLES = (
     TabularEnv(
         "FrozenLake 4x4, no slips",
         "no slips",
-        lambda: gym_table("FrozenLake-v1", 40, _positive, is_slippery=False),
+        lambda: gym_table("FrozenLake-v1", 40, wins_if_positive, is_slippery=False),
         epsilon_greedy(0.1),
     ),
     TabularEnv(
         "FrozenLake 8x8, no slips",
         "no slips",
-        lambda: gym_table("FrozenLake-v1", 100, _positive, is_slippery=False, map_name="8x8"),
+        lambda: gym_table("FrozenLake-v1", 100, wins_if_positive, is_slippery=False, map_name="8x8"),
         epsilon_greedy(0.1),
     ),
 )

@@ -28,32 +28,28 @@ from prover_core.bench.judge_cases import (
     NO_EFFECT,
     TableMDP,
     TabularEnv,
+    always_wins,
     boltzmann,
     epsilon_greedy,
     gym_table,
     tabular_case,
+    wins_if_positive,
 )
-from prover_core.bench.judge_eval import eligible_groups
+from prover_core.bench.judge_eval import eligible_groups, matched_decision
+from prover_core.bench.oracle import BestTurn
 from prover_core.bench.tabular import Compiled, FloatArray
 from prover_core.config import ProverConfig
 from prover_core.data import Proposal
 from prover_core.judges.choice import ChoiceJudge
 
-
-def _positive(reward: float) -> bool:
-    return reward > 0
-
-
-def _always(reward: float) -> bool:
-    return True
-
-
 TABLES: dict[str, Callable[[], TableMDP]] = {
-    "FrozenLake 4x4 slippery": lambda: gym_table("FrozenLake-v1", 40, _positive, is_slippery=True),
-    "FrozenLake 8x8 slippery": lambda: gym_table("FrozenLake-v1", 100, _positive, is_slippery=True, map_name="8x8"),
-    "CliffWalking slippery": lambda: gym_table("CliffWalking-v1", 60, _always, is_slippery=True),
-    "Taxi rainy": lambda: gym_table("Taxi-v4", 40, _positive, is_rainy=True),
-    "FrozenLake 4x4, no slips": lambda: gym_table("FrozenLake-v1", 40, _positive, is_slippery=False),
+    "FrozenLake 4x4 slippery": lambda: gym_table("FrozenLake-v1", 40, wins_if_positive, is_slippery=True),
+    "FrozenLake 8x8 slippery": lambda: gym_table(
+        "FrozenLake-v1", 100, wins_if_positive, is_slippery=True, map_name="8x8"
+    ),
+    "CliffWalking slippery": lambda: gym_table("CliffWalking-v1", 60, always_wins, is_slippery=True),
+    "Taxi rainy": lambda: gym_table("Taxi-v4", 40, wins_if_positive, is_rainy=True),
+    "FrozenLake 4x4, no slips": lambda: gym_table("FrozenLake-v1", 40, wins_if_positive, is_slippery=False),
 }
 POLICIES: dict[str, Callable[[Compiled], FloatArray]] = {
     **{f"epsilon-greedy {e}": epsilon_greedy(e) for e in (0.1, 0.2, 0.35, 0.5, 0.8)},
@@ -84,16 +80,17 @@ def main() -> None:
                 case = tabular_case(env, args.groups, 8, args.seed * 1000 + b)
                 assert case.decision is not None
                 wins += [t.success for t in case.trajectories]
+                oracle = BestTurn(case.decision)
                 for run, failures, others in eligible_groups(case, config):
-                    values = [
-                        case.decision[run.id][c.start] for c in config.segment_rules.candidates(run) if c.num_turns == 1
-                    ]
-                    if values:
-                        best.append(max(values))
-                        typical.append(float(np.mean(values)))
+                    top = oracle.propose(run, failures, config.segment_rules)
+                    random_turn = matched_decision(case, run, 1, config)
+                    if not isinstance(top, Proposal) or random_turn is None:
+                        continue
+                    best.append(case.decision[run.id][top.segment.start])
+                    typical.append(random_turn)
                     answer = ChoiceJudge().propose(run, failures, config.segment_rules, others=others)
-                    if isinstance(answer, Proposal) and values:
-                        chosen.append((case.decision[run.id][answer.segment.start], typical[-1]))
+                    if isinstance(answer, Proposal):
+                        chosen.append((case.decision[run.id][answer.segment.start], random_turn))
             found = sum(v >= NO_EFFECT for v in best)
             cell = f"{np.mean(best):+.3f} ({np.mean(typical):+.3f})" if best else "-"
             judged = (

@@ -226,11 +226,13 @@ def boltzmann(temperature: float) -> Callable[[Compiled], FloatArray]:
     return logits
 
 
-def _positive(reward: float) -> bool:
+def wins_if_positive(reward: float) -> bool:
+    """A terminal reward above 0 wins (FrozenLake, Taxi)."""
     return reward > 0
 
 
-def _always(reward: float) -> bool:
+def always_wins(reward: float) -> bool:
+    """Every terminal transition wins (CliffWalking: reaching the goal ends the episode)."""
     return True
 
 
@@ -238,16 +240,19 @@ TOY_TEXT: tuple[TabularEnv, ...] = (
     TabularEnv(
         "FrozenLake slippery",
         "gymnasium",
-        lambda: gym_table("FrozenLake-v1", 40, _positive, is_slippery=True),
+        lambda: gym_table("FrozenLake-v1", 40, wins_if_positive, is_slippery=True),
         epsilon_greedy(0.1),
     ),
     TabularEnv(
-        "Taxi rainy", "gymnasium", lambda: gym_table("Taxi-v4", 40, _positive, is_rainy=True), epsilon_greedy(0.35)
+        "Taxi rainy",
+        "gymnasium",
+        lambda: gym_table("Taxi-v4", 40, wins_if_positive, is_rainy=True),
+        epsilon_greedy(0.35),
     ),
     TabularEnv(
         "CliffWalking slippery",
         "gymnasium",
-        lambda: gym_table("CliffWalking-v1", 60, _always, is_slippery=True),
+        lambda: gym_table("CliffWalking-v1", 60, always_wins, is_slippery=True),
         epsilon_greedy(0.2),
     ),
 )
@@ -340,19 +345,19 @@ HELD_OUT: tuple[TabularEnv, ...] = (
     TabularEnv(
         "held-out: FrozenLake 8x8 slippery",
         "gymnasium",
-        lambda: gym_table("FrozenLake-v1", 100, _positive, is_slippery=True, map_name="8x8"),
+        lambda: gym_table("FrozenLake-v1", 100, wins_if_positive, is_slippery=True, map_name="8x8"),
         epsilon_greedy(0.15),
     ),
     TabularEnv(
         "held-out: CliffWalking slippery, more exploration",
         "gymnasium",
-        lambda: gym_table("CliffWalking-v1", 50, _always, is_slippery=True),
+        lambda: gym_table("CliffWalking-v1", 50, always_wins, is_slippery=True),
         epsilon_greedy(0.3),
     ),
     TabularEnv(
         "held-out: Taxi rainy, less exploration",
         "gymnasium",
-        lambda: gym_table("Taxi-v4", 30, _positive, is_rainy=True),
+        lambda: gym_table("Taxi-v4", 30, wins_if_positive, is_rainy=True),
         epsilon_greedy(0.25),
     ),
 )
