@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import threading
 from collections.abc import Callable, Coroutine
@@ -61,7 +62,8 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
         with contextlib.suppress(RuntimeError):  # the loop closed: the caller gave up long ago
             loop.call_soon_threadsafe(settle, ok, value)
 
-    threading.Thread(target=work, name="prover-user-code", daemon=True).start()
+    context = contextvars.copy_context()  # as asyncio.to_thread: the thread sees the caller's context variables
+    threading.Thread(target=context.run, args=(work,), name="prover-user-code", daemon=True).start()
     return await resolve(await future)
 
 

@@ -44,9 +44,10 @@ from numpy.typing import NDArray
 
 from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
+from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
 from prover_core.credit import segment_bonus, spread_to_tokens
-from prover_core.data import Decline, Trajectory
+from prover_core.data import Decline, Proposal, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
 from prover_core.pairing import paired
@@ -55,8 +56,14 @@ from prover_core.propose import propose
 from prover_core.protocols import ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, as_policy
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.restore import SnapshotEnv
-from prover_core.trigger import capped, is_eligible, longest_failure, representative, success_rate
-from prover_core.verify import Continuer, env_continuer, hook_continuer, usage_error, verify_segment_detailed
+from prover_core.trigger import longest_failure, representative, trigger
+from prover_core.verify import (
+    Continuer,
+    env_continuer,
+    hook_continuer,
+    usage_error,
+    verify_segment_detailed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -194,72 +201,90 @@ def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]
     return tuple(t for t, span in spans if span is not None and span[0] == span[1])
 
 
-async def _credit_group(
-    group_id: str,
-    members: list[Trajectory],
-    judge: Judge,
-    continuer: Continuer,
-    config: ProverConfig,
-    limit: asyncio.Semaphore,
-    direction: Direction = "gain",
-    clock: StageClock | None = None,
-) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
-    """Propose, verify and credit one eligible group (``drop``: debit its longest failed run)."""
-    if direction == "gain":
-        success = representative(members)
-        failures = [t for t in members if not t.success]
-        lam = config.lam
-    else:  # the judge segments the failed run, against the successful runs
-        success = longest_failure(members)
-        failures = [t for t in members if t.success]
-        lam = config.debit_lam
-    others = [t for t in members if t.success == success.success and t.id != success.id]
-    successes = sum(t.success for t in members)
+@dataclass(frozen=True)
+class _Case:
+    """One eligible group as the pipeline sees it: the run the judge examines and the runs it is compared with.
 
-    def record(status: Status, stage: Stage, reason: str, **found: Any) -> GroupRecord:
+    ``gain``: the shortest successful run against the failed runs; ``drop``: the longest failed run against the
+    successful runs (negative credit). ``others`` are the group's other runs with the examined run's outcome.
+    """
+
+    group_id: str
+    members: list[Trajectory]
+    direction: Direction
+
+    @property
+    def examined(self) -> Trajectory:
+        return representative(self.members) if self.direction == "gain" else longest_failure(self.members)
+
+    @property
+    def against(self) -> list[Trajectory]:
+        return [t for t in self.members if t.success != self.examined.success]
+
+    @property
+    def others(self) -> list[Trajectory]:
+        examined = self.examined
+        return [t for t in self.members if t.success == examined.success and t.id != examined.id]
+
+    def record(self, status: Status, stage: Stage, reason: str, **found: Any) -> GroupRecord:
         return GroupRecord(
-            group_id=group_id,
-            size=len(members),
-            successes=successes,
-            trajectory_id=success.id,
+            group_id=self.group_id,
+            size=len(self.members),
+            successes=sum(t.success for t in self.members),
+            trajectory_id=self.examined.id,
             status=status,
             stage=stage,
             reason=reason,
-            direction=direction,
+            direction=self.direction,
             **found,
         )
 
-    clock = clock or StageClock()
+
+async def _propose_case(case: _Case, judge: Judge, config: ProverConfig, clock: StageClock) -> GroupRecord | Proposal:
+    """Stage 2 for one group: the judge's checked proposal, or the record of a decline or a failed judge."""
     try:
         with clock.stage("propose"):
             answer = await asyncio.wait_for(
-                propose(judge, success, failures, config.segment_rules, others), config.judge_timeout_s
+                propose(judge, case.examined, case.against, config.segment_rules, case.others), config.judge_timeout_s
             )
     except asyncio.TimeoutError:  # propose() turns the judge's own errors into JudgeError: this is our limit
         timed_out = JudgeTimeoutError(f"judge timed out after {config.judge_timeout_s} s")
         if config.strict:
             raise timed_out from None
-        return record("skipped", "propose", f"{type(timed_out).__name__}: {timed_out}"), None
+        return case.record("skipped", "propose", f"{type(timed_out).__name__}: {timed_out}")
     except ProverError as exc:
         fatal = usage_error(exc)
         if fatal is not None and fatal is not exc:
             raise fatal from exc
         if config.strict or fatal is not None:
             raise
-        logger.debug("group %s: propose failed, skipped: %s: %s", group_id, type(exc).__name__, exc)
-        return record("skipped", "propose", f"{type(exc).__name__}: {exc}"), None
+        logger.debug("group %s: propose failed, skipped: %s: %s", case.group_id, type(exc).__name__, exc)
+        return case.record("skipped", "propose", f"{type(exc).__name__}: {exc}")
     if isinstance(answer, Decline):
-        logger.debug("group %s: the judge declined: %s", group_id, answer.reason)
-        return record("declined", "propose", answer.reason), None
+        logger.debug("group %s: the judge declined: %s", case.group_id, answer.reason)
+        return case.record("declined", "propose", answer.reason)
     segment = answer.segment
-    logger.debug("group %s: proposed turns [%d, %d] of %s", group_id, segment.start, segment.end, success.id)
-    with clock.stage("verify"):
+    logger.debug("group %s: proposed turns [%d, %d] of %s", case.group_id, segment.start, segment.end, case.examined.id)
+    return answer
+
+
+async def _verify_case(
+    case: _Case,
+    answer: Proposal,
+    continuer: Continuer,
+    config: ProverConfig,
+    limit: asyncio.Semaphore,
+    clocks: tuple[StageClock, PolicyClock],
+) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
+    """Stages 3 and 4 for one group: verify the proposed segment and, if accepted, its per-turn bonus."""
+    examined, (stages, rounds) = case.examined, clocks
+    with stages.stage("verify"):
         verification, stats = await verify_segment_detailed(
-            success, answer.segment, continuer, config, limit, direction
+            examined, answer.segment, continuer, config, limit, case.direction, rounds
         )
     logger.debug(
         "group %s: verified, %s (pre %d/%d, post %d/%d, %d continuations): %s",
-        group_id,
+        case.group_id,
         verification.delta_text,
         verification.pre_successes,
         verification.pre_count,
@@ -270,22 +295,23 @@ async def _credit_group(
     )
     found = dict(proposal=answer, verification=verification, verify_stats=stats)
     if verification.incomplete:
-        return record("skipped", "verify", verification.reason, **found), None
+        return case.record("skipped", "verify", verification.reason, **found), None
     if not verification.accepted:
-        return record("rejected", "verify", verification.reason, **found), None
-    bonus = segment_bonus(success.num_turns, answer.segment, verification.delta, lam)
-    uncredited = _uncredited(success, answer.segment.start, answer.segment.end)
+        return case.record("rejected", "verify", verification.reason, **found), None
+    lam = config.lam if case.direction == "gain" else config.debit_lam
+    bonus = segment_bonus(examined.num_turns, answer.segment, verification.delta, lam)
+    uncredited = _uncredited(examined, answer.segment.start, answer.segment.end)
     if uncredited:
         logger.warning(
             "group %r: accepted credit %+.3f on turns %s of trajectory %r, whose token span is empty: "
             "no token receives it (see GroupRecord.uncredited_turns)",
-            group_id,
+            case.group_id,
             lam * verification.delta,
             list(uncredited),
-            success.id,
+            examined.id,
         )
-    accepted = record("accepted", "verify", verification.reason, uncredited_turns=uncredited, **found)
-    return accepted, (success.id, bonus)
+    accepted = case.record("accepted", "verify", verification.reason, uncredited_turns=uncredited, **found)
+    return accepted, (examined.id, bonus)
 
 
 async def acompute_bonus(
@@ -299,7 +325,12 @@ async def acompute_bonus(
     executor: Continuer | None = None,
     progress: ProgressFn | None = None,
 ) -> BonusResult:
-    """The ``async`` form of :func:`compute_bonus`; eligible groups are judged and verified concurrently."""
+    """The ``async`` form of :func:`compute_bonus`.
+
+    The stages run over the whole batch in turn: every eligible group's judge is asked concurrently, then every
+    proposed segment is verified together (so that a batching policy serves the continuations of all groups
+    in the same calls), then the accepted bonuses are credited.
+    """
     started = time.perf_counter()
     config = config or ProverConfig()
     check_protocol(judge, "judge", "propose", "success, failures, rules")
@@ -317,62 +348,42 @@ async def acompute_bonus(
     everyone = [t for members in groups.values() for t in members]
     turn_bonus = {t.id: np.zeros(t.num_turns) for t in everyone}
 
-    records: dict[str, GroupRecord] = {}
-    eligible: list[tuple[str, Direction]] = []
-    for gid, members in groups.items():
-        successes = sum(t.success for t in members)
-        rate = success_rate(members)
-        if is_eligible(rate, config.trigger_low, config.trigger_high):
-            eligible.append((gid, "gain"))
-            logger.debug("group %s: success rate %d/%d, eligible", gid, successes, len(members))
-        elif config.negative_credit and is_eligible(rate, config.negative_trigger_low, config.negative_trigger_high):
-            eligible.append((gid, "drop"))
-            logger.debug("group %s: success rate %d/%d, eligible for negative credit", gid, successes, len(members))
-        else:
-            logger.debug("group %s: success rate %d/%d, not eligible", gid, successes, len(members))
-            records[gid] = GroupRecord(
-                group_id=gid,
-                size=len(members),
-                successes=successes,
-                status="not_eligible",
-                reason=f"success rate {successes}/{len(members)} outside ({config.trigger_low}, {config.trigger_high})",
-            )
+    # 1. Trigger
+    eligible, records = trigger(groups, config)
+    cases = [_Case(gid, groups[gid], direction) for gid, direction in eligible]
+    if logger.isEnabledFor(logging.DEBUG):
+        _log_trigger(groups, dict(eligible), records)
+    stages, finished, gathered_at = StageClock(), 0, time.perf_counter()
 
-    directions = dict(eligible)
-    kept, left = capped(list(directions), config.max_verified_groups, config.seed)
-    for gid in left:
-        members = groups[gid]
-        records[gid] = GroupRecord(
-            group_id=gid,
-            size=len(members),
-            successes=sum(t.success for t in members),
-            status="unverified",
-            direction=directions[gid],
-            reason=f"eligible, not verified: max_verified_groups={config.max_verified_groups} of "
-            f"{len(eligible)} eligible groups (a random subset is verified)",
-        )
-    eligible = [(gid, directions[gid]) for gid in kept]  # capped keeps the batch's order
-
-    limit = asyncio.Semaphore(config.max_concurrency)
-    clock = StageClock()
-    finished = 0
-
-    async def one(gid: str, direction: Direction) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
+    def done(record: GroupRecord) -> None:
         nonlocal finished
-        outcome = await _credit_group(gid, groups[gid], judge, continuer, config, limit, direction, clock)
         finished += 1
-        _report_progress(Progress(finished, len(eligible), outcome[0], time.perf_counter() - started), progress)
-        return outcome
+        _report_progress(Progress(finished, len(cases), record, time.perf_counter() - started), progress)
 
-    gathered_at = time.perf_counter()
-    outcomes = await asyncio.gather(*(one(gid, d) for gid, d in eligible))
-    concurrent = time.perf_counter() - gathered_at
-    for (gid, _), (record, credit) in zip(eligible, outcomes, strict=True):
-        records[gid] = record
-        if credit is not None:
+    async def judged(case: _Case) -> GroupRecord | Proposal:
+        answer = await _propose_case(case, judge, config, stages)
+        if isinstance(answer, GroupRecord):
+            records[case.group_id] = answer
+            done(answer)
+        return answer
+
+    # 2. Propose: every eligible group's judge at once
+    answers = await asyncio.gather(*(judged(case) for case in cases))
+    proposed = [(case, answer) for case, answer in zip(cases, answers, strict=True) if isinstance(answer, Proposal)]
+    limit, rounds = asyncio.Semaphore(config.max_concurrency), PolicyClock()
+
+    async def verified(case: _Case, answer: Proposal) -> None:
+        record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds))
+        records[case.group_id] = record
+        if credit is not None:  # 4. Credit
             turn_bonus[credit[0]] = credit[1]
+        done(record)
 
-    _warn_if_all_skipped([records[gid] for gid, _ in eligible])
+    # 3. Verify: every proposed segment together, so that each round of policy calls serves them all
+    await asyncio.gather(*(verified(case, answer) for case, answer in proposed))
+    concurrent = time.perf_counter() - gathered_at
+
+    _warn_if_all_skipped([records[case.group_id] for case in cases])
     mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus)
     stats = getattr(judge, "stats", None)
     policy_stats = getattr(policy, "report_stats", None)
@@ -381,13 +392,14 @@ async def acompute_bonus(
     report = Report(
         batch_warnings=mistakes,
         groups=[records[gid] for gid in groups],
-        judge_calls=len(eligible),
+        judge_calls=len(cases),
         rollout_turns=sum(t.num_turns for t in everyone),
         rollout_episodes=len(everyone),
+        rollout_rounds=max(t.num_turns for t in everyone),
         judge_stats=dict(stats()) if callable(stats) else {},
         timings={
-            "propose": clock.wall("propose"),
-            "verify": clock.wall("verify"),
+            "propose": stages.wall("propose"),
+            "verify": stages.wall("verify"),
             "credit": total - concurrent,
             "total": total,
         },
@@ -398,6 +410,21 @@ async def acompute_bonus(
     return BonusResult(
         trajectories={t.id: t for t in everyone}, advantages=advantages, turn_bonus=turn_bonus, report=report
     )
+
+
+def _log_trigger(
+    groups: Mapping[str, Sequence[Trajectory]], eligible: Mapping[str, Direction], records: Mapping[str, GroupRecord]
+) -> None:
+    """One DEBUG line per group, in batch order: its success rate and whether it is eligible."""
+    for gid, members in groups.items():
+        record = records.get(gid)
+        direction = eligible.get(gid, record.direction if record is not None else "gain")
+        verdict = (
+            "not eligible"
+            if record is not None and record.status == "not_eligible"
+            else "eligible" + (" for negative credit" if direction == "drop" else "")
+        )
+        logger.debug("group %s: success rate %d/%d, %s", gid, sum(t.success for t in members), len(members), verdict)
 
 
 def _report_progress(event: Progress, progress: ProgressFn | None) -> None:

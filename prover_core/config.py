@@ -16,7 +16,7 @@ class ProverConfig(BaseModel):
     Defaults follow the paper (G=8 groups, lambda=1, segments of at most 4 turns with a nonterminal end,
     trigger on success rates strictly inside (0, 0.5), accept when Delta > 0) except ``k``: 4, not the
     paper's 8 (the same learning at half the verification cost, docs/benchmarks.md), and ``curtail`` (on: the
-    paper's decisions and bonuses from fewer continuations, in two rounds). Fields marked *library* are this
+    paper's decisions and bonuses from fewer policy turns, in one round). Fields marked *library* are this
     library's own and do not change the paper's decisions when left at their defaults.
     """
 
@@ -52,11 +52,18 @@ class ProverConfig(BaseModel):
     """*library*: ``fixed`` runs K continuations per boundary (the paper); ``adaptive`` draws pairs in rounds
     and stops by the anytime-valid test of :mod:`prover_core.sequential` (its own decision rule)."""
     curtail: bool = True
-    """*library*: fixed sampling runs the boundary acceptance needs higher first (post for a gain, pre for a
-    drop) and the other boundary's K continuations only if some outcome of theirs could still be accepted
-    (curtailment): the same decisions and bonuses from fewer continuations, in two rounds instead of one. A
-    curtailed verification is rejected with ``Verification.curtailed`` set and no ``delta``. Adaptive sampling
-    curtails by its own test."""
+    """*library*: fixed sampling does not finish the other boundary's K continuations once the boundary acceptance
+    needs higher (post for a gain, pre for a drop) has shown that no outcome of theirs could be accepted
+    (curtailment): the same decisions and bonuses as running all ``2 K``, from fewer policy turns. A curtailed
+    verification is rejected with ``Verification.curtailed`` set and no ``delta``. Adaptive sampling curtails by
+    its own test."""
+    curtail_mode: Literal["overlap", "wait"] = "overlap"
+    """*library*: how curtailment schedules the two boundaries. ``overlap``: both start together and the other
+    boundary's continuations are stopped the moment the first boundary's outcomes settle the decision: one round,
+    no more sequential policy calls than the longest continuation needs, for more policy turns than ``wait`` where
+    the first boundary often settles it late. ``wait``: the other boundary starts only after the first has ended:
+    the fewest policy turns, in up to twice the rounds. A ``continue_from`` hook or an executor that runs
+    continuations elsewhere cannot be stopped from here and always waits (docs/verification.md, "Latency")."""
     delta_of: Literal["states", "choices"] = "states"
     """What ``Delta`` measures. ``states`` (the paper): post continuations start from ``s_{r+1}``, the state the
     recorded run reached, so ``Delta`` estimates ``V(s_{r+1}) - V(s_l)``: the segment's choices *and* the luck of
@@ -92,8 +99,10 @@ class ProverConfig(BaseModel):
     """*library*: a continuation still running after this many turns is counted as failed to finish."""
     min_finished: int | None = Field(default=None, ge=1)
     """*library*: finished continuations needed at each boundary (default: all K)."""
-    max_concurrency: int = Field(default=64, ge=1)
-    """*library*: continuations in flight at once (matters for async policies)."""
+    max_concurrency: int = Field(default=256, ge=1)
+    """*library*: continuations in flight at once. With a batching policy (TRL's ``TrainerPolicy``, a serving
+    engine) this bounds the batch of one policy call; continuations beyond it wait for a slot and add rounds of
+    latency. Verification launches at most ``2 k`` per eligible group."""
 
     # Credit.
     lam: float = Field(default=1.0, ge=0.0)

@@ -127,6 +127,7 @@ class LocalExecutor:
             raise ValueError("threads must be >= 0")
         threaded = timeout_s is not None and not threads
         self._continuer = _make_continuer(env, policy, continue_from, max_turns, threaded)
+        self.metered = continue_from is None  # env + policy: run_continuation ticks the PolicyClock, in threads too
         self.timeout_s = timeout_s
         self.threads = threads
         self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}

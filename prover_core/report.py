@@ -36,7 +36,15 @@ class VerifyStats(BaseModel):
     fixed_budget: int = 0
     """What fixed-K sampling would launch (2 x K): the yardstick of the savings."""
     spent: int = 0
+    cancelled: int = 0
+    """Continuations launched and then stopped (or their results left unused) because the other boundary's
+    outcomes had settled the decision (``curtail_mode="overlap"``); counted in ``spent``."""
     rounds: int = 1
+    """Sampling rounds: batches of continuations launched one after another (2 when ``curtail_mode="wait"`` ran
+    the second boundary; adaptive sampling's rounds)."""
+    policy_rounds: int = 0
+    """The round of sequential policy calls, counted from the start of the call's verification, at which this
+    verification's last continuation ended (:class:`~prover_core.verify.PolicyClock`)."""
     stop: str = "fixed"
     failures: dict[str, int] = Field(default_factory=dict)
     """Failed continuations by kind (see ``FAILURE_KINDS``)."""
@@ -80,6 +88,9 @@ class Report(BaseModel):
     """Policy turns in the batch itself (the GRPO rollout), the denominator of the extra cost."""
     rollout_episodes: int = 0
     """Trajectories in the batch (the GRPO rollout's episodes)."""
+    rollout_rounds: int = 0
+    """The batch's longest trajectory in turns: the rollout's sequential policy calls when each turn of every
+    episode is one batched call, the yardstick of ``verify_policy_rounds``."""
     judge_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the judge reports about itself (``judge.stats()``), e.g. tokens and retries."""
     batch_warnings: list[BatchWarning] = Field(default_factory=list)
@@ -108,7 +119,11 @@ class Report(BaseModel):
         Cost: ``continuations`` launched and ``policy_turns`` spent by verification this step;
         ``extra_turn_share`` = policy turns / the rollout's turns (the paper reports +2.4% to +16.8%
         extra policy tokens); ``continuation_share`` = continuations / rollout episodes;
-        ``continuations_saved_share`` = 1 - continuations / the budget fixed-K sampling would spend.
+        ``continuations_saved_share`` = 1 - continuations / the budget fixed-K sampling would spend;
+        ``continuations_cancelled``: launched, then stopped by curtailment (their turns are in ``policy_turns``).
+        Latency: ``verify_policy_rounds``, the rounds of sequential policy calls verification put on the step's
+        critical path (:class:`~prover_core.verify.PolicyClock`), next to ``rollout_policy_rounds``, the rollout's
+        (its longest trajectory's turns).
         Failures are counted by kind (``continuations_failed/<kind>``). Group counts and
         ``mean_delta_accepted`` cover positive credit; ``negative/*`` covers negative credit.
         Everything about the judge is under ``judge/``: ``judge/propose_calls`` (how many groups it
@@ -125,6 +140,7 @@ class Report(BaseModel):
         accepted = [g for g in gain if g.status == "accepted"]
         debited = [g for g in drop if g.status == "accepted"]
         continuations = sum(_spent(g) for g in self.groups if g.verification is not None)
+        stats = [g.verify_stats for g in self.groups if g.verify_stats is not None]
         fixed_budget = sum(_fixed_budget(g) for g in self.groups if g.verification is not None)
         policy_turns = sum(v.policy_turns for v in every)
         eligible = len(self.groups) - self.count("not_eligible")
@@ -147,6 +163,9 @@ class Report(BaseModel):
             "continuations": continuations,
             "continuations_failed": sum(v.failed_continuations for v in every),
             "continuations_saved_share": 1.0 - continuations / fixed_budget if fixed_budget else 0.0,
+            "continuations_cancelled": sum(s.cancelled for s in stats),
+            "verify_policy_rounds": max((s.policy_rounds for s in stats), default=0),
+            "rollout_policy_rounds": self.rollout_rounds,
             "continuation_share": continuations / self.rollout_episodes if self.rollout_episodes else 0.0,
             "policy_turns": policy_turns,
             "extra_turn_share": policy_turns / self.rollout_turns if self.rollout_turns else 0.0,

@@ -12,9 +12,11 @@ With ``max_verified_groups = n``, at most ``n`` eligible groups go on, each elig
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
+from prover_core.report import Direction, GroupRecord
 
 
 def success_rate(group: Sequence[Trajectory]) -> float:
@@ -54,3 +56,44 @@ def capped(group_ids: Sequence[str], limit: int | None, seed: int = 0) -> tuple[
     rank = {g: hashlib.sha256(f"{seed}\x00{g}".encode()).digest() for g in group_ids}
     chosen = set(sorted(group_ids, key=rank.__getitem__)[:limit])
     return [g for g in group_ids if g in chosen], [g for g in group_ids if g not in chosen]
+
+
+def trigger(
+    groups: Mapping[str, Sequence[Trajectory]], config: ProverConfig
+) -> tuple[list[tuple[str, Direction]], dict[str, GroupRecord]]:
+    """Stage 1 over a batch: ``(eligible, records)``.
+
+    ``eligible`` lists ``(group_id, direction)`` in batch order: ``gain`` for a success rate inside
+    ``(trigger_low, trigger_high)``, ``drop`` (with ``negative_credit``) inside the negative trigger's range, at
+    most ``max_verified_groups`` of them (:func:`capped`). ``records`` holds every other group: ``not_eligible``,
+    or ``unverified`` when the cap left it out.
+    """
+    records: dict[str, GroupRecord] = {}
+    directions: dict[str, Direction] = {}
+    for gid, members in groups.items():
+        rate, successes = success_rate(members), sum(t.success for t in members)
+        if is_eligible(rate, config.trigger_low, config.trigger_high):
+            directions[gid] = "gain"
+        elif config.negative_credit and is_eligible(rate, config.negative_trigger_low, config.negative_trigger_high):
+            directions[gid] = "drop"
+        else:
+            records[gid] = GroupRecord(
+                group_id=gid,
+                size=len(members),
+                successes=successes,
+                status="not_eligible",
+                reason=f"success rate {successes}/{len(members)} outside ({config.trigger_low}, {config.trigger_high})",
+            )
+    kept, left = capped(list(directions), config.max_verified_groups, config.seed)
+    for gid in left:
+        members = groups[gid]
+        records[gid] = GroupRecord(
+            group_id=gid,
+            size=len(members),
+            successes=sum(t.success for t in members),
+            status="unverified",
+            direction=directions[gid],
+            reason=f"eligible, not verified: max_verified_groups={config.max_verified_groups} of "
+            f"{len(directions)} eligible groups (a random subset is verified)",
+        )
+    return [(gid, directions[gid]) for gid in kept], records

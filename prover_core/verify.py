@@ -9,9 +9,16 @@ For segment ``[l, r]`` of the successful trajectory, K continuations of the curr
 ``i`` from both boundaries gets the same seed (common random numbers) unless
 ``ProverConfig.paired_seeds`` is off. The paper accepts iff ``Delta > 0``; other rules live in
 :mod:`prover_core.acceptance`, and adaptive (anytime-valid, early-stopping) sampling in
-:mod:`prover_core.sequential`. With ``curtail`` (the default) the post boundary runs first and the pre
-boundary only if some outcome of it could still be accepted (:func:`hopeless`): the same decisions, fewer
-continuations, two rounds.
+:mod:`prover_core.sequential`. With ``curtail`` (the default) the second boundary (pre for a gain) is not
+finished once the first boundary's outcomes show that none of its own could be accepted (:func:`settled`): the
+same decisions as running all ``2 K``, from fewer policy turns. ``curtail_mode="overlap"`` (the default) starts
+both boundaries together and stops the second when settled: one round, as many sequential policy calls as the
+longest continuation needs. ``curtail_mode="wait"`` starts the second boundary after the first has ended: the
+fewest policy turns, up to twice the rounds.
+
+Latency: every continuation carries a :class:`~prover_core.clock.Meter` of the policy turns it has taken, on a
+:class:`~prover_core.clock.PolicyClock` shared by the call's verifications, whose reading at the end is the
+critical path of verification in sequential policy calls (``prover/verify_policy_rounds``, :mod:`prover_core.clock`).
 
 Failures never hang or silently count: a continuation that raises, runs past
 ``max_continuation_turns`` or past ``continuation_timeout_s`` seconds, ends with a non-binary
@@ -33,13 +40,14 @@ import json
 import math
 import pickle
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from prover_core._aio import call_user, in_thread, loop_mismatch
 from prover_core.acceptance import AcceptanceRule
+from prover_core.clock import METER, Meter, PolicyClock
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Segment, Trajectory, Turn, Verification, json_plain
 from prover_core.errors import (
@@ -201,12 +209,15 @@ async def run_continuation(
     :class:`InvalidOutcomeError` when the final step's ``success`` is not binary. With
     ``threaded``, synchronous ``restore``, ``act`` and ``step`` run in threads (see module docs).
     """
+    meter = METER.get()
     episode = await restore_episode(env, trajectory, turn, seed, threaded)
     history: list[Turn] = list(trajectory.turns[:turn])
     step = episode.last
     rng = policy_rng(seed)
     replayed = 0
     for taken in range(max_turns):
+        if meter is not None and meter.stopped:  # verification no longer needs it (prover_core.clock)
+            raise asyncio.CancelledError("verification stopped this continuation")
         try:
             if taken < replay:  # on the recorded path: the recorded choice again
                 recorded = trajectory.turns[turn + taken]
@@ -218,6 +229,8 @@ async def run_continuation(
                     trajectory, tuple(history), step.observation, step.info, seed, rng, turn + replayed, replayed
                 )
                 action = await call_user(policy.act, context, threaded=threaded)
+                if meter is not None:
+                    meter.tick()
                 history.append(Turn(observation=step.observation, action=action))
             step = await call_user(episode.step, action, threaded=threaded)
         except ProverError:
@@ -252,6 +265,7 @@ def env_continuer(env: RestorableEnv, policy: Policy, max_turns: int, threaded: 
             return outcome
         return await run_continuation(env, policy, trajectory, turn, seed, max_turns, threaded, replay)
 
+    go.metered = True  # type: ignore[attr-defined]  # run_continuation ticks its Meter: it can be stopped (_curtailed)
     return go
 
 
@@ -299,31 +313,43 @@ Result = Outcome | BaseException
 
 
 class _Runner:
-    """Launches the continuations of one verification, with the concurrency and wall-time limits."""
+    """Launches the continuations of one verification, with the concurrency and wall-time limits, each
+    with a :class:`Meter` on the call's :class:`PolicyClock`."""
 
     def __init__(
-        self, trajectory: Trajectory, continuer: Continuer, config: ProverConfig, limit: asyncio.Semaphore
+        self,
+        trajectory: Trajectory,
+        continuer: Continuer,
+        config: ProverConfig,
+        limit: asyncio.Semaphore,
+        clock: PolicyClock | None = None,
     ) -> None:
         self.trajectory, self.continuer, self.config, self.limit = trajectory, continuer, config, limit
+        self.clock = clock or PolicyClock()
         self.spent = 0
+        """Continuations launched (started running; finished, failed or stopped)."""
+        self.cancelled = 0
+        """Continuations launched, then stopped or discarded because the other boundary settled the decision."""
+        self.cancelled_turns = 0
+        self.last_round = 0
+        """The clock's round at which this verification's last continuation ended."""
 
-    async def one(self, turn: int, seed: int, replay: int = 0) -> Result:
+    def meters(self, count: int) -> list[Meter]:
+        return [Meter(self.clock) for _ in range(count)]
+
+    async def one(self, turn: int, seed: int, replay: int = 0, meter: Meter | None = None) -> Result:
+        """One continuation from ``s_turn``; failures are returned, not raised."""
         if turn == self.trajectory.num_turns:  # terminal post boundary: its outcome is recorded
             return Outcome(success=self.trajectory.success)
-        self.spent += 1
+        meter = meter or Meter(self.clock)
         async with self.limit:
+            meter.start, meter.started = self.clock.now, True  # one that waited for a slot starts later
+            self.spent += 1
+            token = METER.set(meter)
             try:
-                if replay:
-                    call = self.continuer(self.trajectory, turn, seed, replay=replay)
-                else:
-                    call = self.continuer(self.trajectory, turn, seed)
-                timeout = self.config.continuation_timeout_s
-                if timeout is None:
-                    return await call
-                try:
-                    return await asyncio.wait_for(call, timeout)
-                except asyncio.TimeoutError as exc:
-                    raise ContinuationTimeoutError(f"continuation ran past {timeout} s of wall time") from exc
+                outcome = await self._call(turn, seed, replay)
+                meter.finish(outcome.turns)
+                return outcome
             except Exception as exc:
                 fatal = usage_error(exc)
                 if fatal is exc:
@@ -333,21 +359,61 @@ class _Runner:
                 if self.config.strict:
                     raise
                 return exc
+            finally:
+                METER.reset(token)
+                self.last_round = max(self.last_round, meter.start + meter.turns)
 
-    def pre(self, segment: Segment, seeds: list[int]) -> list[Awaitable[Result]]:
-        """Continuations from ``s_l``, one per seed."""
-        return [self.one(segment.start, s) for s in seeds]
+    async def _call(self, turn: int, seed: int, replay: int) -> Outcome:
+        if replay:
+            call = self.continuer(self.trajectory, turn, seed, replay=replay)
+        else:
+            call = self.continuer(self.trajectory, turn, seed)
+        timeout = self.config.continuation_timeout_s
+        if timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, timeout)
+        except asyncio.TimeoutError as exc:
+            raise ContinuationTimeoutError(f"continuation ran past {timeout} s of wall time") from exc
 
-    def post(self, segment: Segment, seeds: list[int]) -> list[Awaitable[Result]]:
+    def pre(self, segment: Segment, seeds: list[int], meters: Sequence[Meter] = ()) -> list[Awaitable[Result]]:
+        """Continuations from ``s_l``, one per seed (each with its meter, if given)."""
+        return self._launch(segment.start, 0, seeds, meters)
+
+    def post(self, segment: Segment, seeds: list[int], meters: Sequence[Meter] = ()) -> list[Awaitable[Result]]:
         """Continuations from ``s_{r+1}`` (``delta_of="states"``), or from ``s_l`` replaying the segment's
         ``r - l + 1`` recorded actions (``delta_of="choices"``), one per seed."""
         if self.config.delta_of == "choices":
-            return [self.one(segment.start, s, replay=segment.num_turns) for s in seeds]
-        return [self.one(segment.end + 1, s) for s in seeds]
+            return self._launch(segment.start, segment.num_turns, seeds, meters)
+        return self._launch(segment.end + 1, 0, seeds, meters)
+
+    def _launch(self, turn: int, replay: int, seeds: list[int], meters: Sequence[Meter]) -> list[Awaitable[Result]]:
+        none: list[None] = [None] * len(seeds)
+        return [self.one(turn, seed, replay, meter) for seed, meter in zip(seeds, list(meters) or none, strict=True)]
 
     async def pairs(self, segment: Segment, pre_seeds: list[int], post_seeds: list[int]) -> list[Result]:
         """Pre results then post results, in seed order, all launched at once."""
         return await asyncio.gather(*self.pre(segment, pre_seeds), *self.post(segment, post_seeds))
+
+    async def discard(self, tasks: Sequence[asyncio.Future[Result]], meters: Sequence[Meter]) -> None:
+        """Stop ``tasks`` (a boundary the decision no longer needs), wait until they have let go, count their cost.
+
+        One that has not started (waiting for a concurrency slot) is cancelled; one that has stops
+        before its next turn, after the call it is in (see :mod:`prover_core.clock`), so its turns are all counted.
+        """
+        for task, meter in zip(tasks, meters, strict=True):
+            stop(task, meter)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        started = [m for m in meters if m.started]
+        self.cancelled += len(started)
+        self.cancelled_turns += sum(m.turns for m in started)
+
+
+def stop(task: asyncio.Future[Result], meter: Meter) -> None:
+    """Stop one continuation: cancel it if it has not started, else let it stop before its next turn."""
+    meter.stopped = True
+    if not meter.started:
+        task.cancel()
 
 
 def _tally(pre: list[Result], post: list[Result]) -> dict[str, int]:
@@ -391,13 +457,15 @@ async def verify_segment_detailed(
     config: ProverConfig,
     limit: asyncio.Semaphore | None = None,
     direction: Direction = "gain",
+    clock: PolicyClock | None = None,
 ) -> tuple[Verification, VerifyStats]:
     """Verify ``segment`` by ``config.sampling`` and return the verification with its cost and stopping.
 
-    ``direction="drop"`` asks whether the segment *lowered* the success rate (negative credit).
+    ``direction="drop"`` asks whether the segment *lowered* the success rate (negative credit). ``clock``: the
+    :class:`PolicyClock` of every verification that runs together (default: one of its own).
     """
     limit = limit or asyncio.Semaphore(config.max_concurrency)
-    runner = _Runner(trajectory, continuer, config, limit)
+    runner = _Runner(trajectory, continuer, config, limit, clock)
     if config.sampling == "adaptive":
         return await _adaptive(runner, segment, direction)
     return await _fixed(runner, segment, direction)
@@ -438,27 +506,83 @@ def curtailed_cost(p_first: float, config: ProverConfig, direction: Direction = 
     return k + k * sum(p for y, p in enumerate(pmf) if not hopeless(y, k, config, direction))
 
 
+def settled(first: Sequence[Result], pending: int, config: ProverConfig, direction: Direction = "gain") -> bool:
+    """Whether the first boundary's results decide the verification whatever its ``pending`` continuations give.
+
+    Settled means the second boundary cannot matter: every way the pending continuations can end (a success, a
+    failure, or an error that is not counted) leaves the first boundary with too few finished continuations
+    (incomplete) or :func:`hopeless`. Under the paper's rule that is "every continuation has ended, none succeeded"
+    (or too many errors).
+    """
+    finished = [r for r in first if isinstance(r, Outcome)]
+    successes, failed = sum(r.success for r in finished), len(first) - len(finished)
+    for wins in range(pending + 1):
+        for losses in range(pending - wins + 1):
+            if failed + pending - wins - losses > config.allowed_failures:
+                continue  # too few finished: incomplete, whatever the second boundary gives
+            if not hopeless(successes + wins, len(finished) + wins + losses, config, direction):
+                return False
+    return True
+
+
+def metered(continuer: Continuer) -> bool:
+    """Whether ``continuer`` runs :func:`run_continuation` here, ticking a :class:`~prover_core.clock.Meter` that can
+    stop it (``env_continuer``, ``LocalExecutor`` with env and policy); not a hook or a remote executor."""
+    return bool(getattr(continuer, "metered", False))
+
+
 async def _curtailed(
     runner: _Runner, segment: Segment, pre_seeds: list[int], post_seeds: list[int], direction: Direction
 ) -> tuple[list[Result], list[Result], bool]:
     """Pre and post results of fixed-K sampling with curtailment, and whether the second boundary was skipped.
 
-    The first boundary (post for a gain, pre for a drop) runs first; the second runs only if its outcomes
-    could still lead to acceptance and the first finished enough continuations to decide.
+    The first boundary is post for a gain, pre for a drop. ``curtail_mode="overlap"``: both boundaries start
+    together and the second boundary's continuations are stopped the moment the first boundary's results settle
+    the decision (checked as each of them ends, inside its own task, before a batching policy sends the next
+    call). ``"wait"``, and ``"overlap"`` for a continuer whose turns cannot be stopped from here (a
+    ``continue_from`` hook, an executor that runs elsewhere: not ``metered``): the second boundary starts once the
+    first has ended, if the first has not :func:`settled` the decision. Either way a skipped boundary's results
+    are not used, so every schedule decides as running every continuation would.
     """
     config = runner.config
     gain = direction == "gain"
-    first: list[Result] = list(
-        await asyncio.gather(*(runner.post(segment, post_seeds) if gain else runner.pre(segment, pre_seeds)))
-    )
-    finished = [r for r in first if isinstance(r, Outcome)]
-    if len(finished) < config.required_finished or hopeless(
-        sum(r.success for r in finished), len(finished), config, direction
-    ):
+    first_name, second_name = ("post", "pre") if gain else ("pre", "post")
+
+    def launch(boundary: str, meters: Sequence[Meter] = ()) -> list[Awaitable[Result]]:
+        if boundary == "pre":
+            return runner.pre(segment, pre_seeds, meters)
+        return runner.post(segment, post_seeds, meters)
+
+    if config.curtail_mode == "wait" or not metered(runner.continuer):
+        first: list[Result] = list(await asyncio.gather(*launch(first_name)))
+        if settled(first, 0, config, direction):
+            return ([], first, True) if gain else (first, [], True)
+        second: list[Result] = list(await asyncio.gather(*launch(second_name)))
+        return (second, first, False) if gain else (first, second, False)
+
+    meters = runner.meters(config.k)
+    stopping: list[asyncio.Future[Result]] = []
+    ended: list[Result] = []
+
+    async def watched(call: Awaitable[Result]) -> Result:
+        result = await call
+        ended.append(result)
+        if not meters[0].stopped and settled(ended, config.k - len(ended), config, direction):
+            for task, meter in zip(stopping, meters, strict=True):
+                stop(task, meter)
+        return result
+
+    firsts = [asyncio.ensure_future(watched(call)) for call in launch(first_name)]
+    stopping += [asyncio.ensure_future(call) for call in launch(second_name, meters)]
+    try:
+        first = list(await asyncio.gather(*firsts))
+    except BaseException:
+        await runner.discard(stopping, meters)
+        raise
+    if settled(first, 0, config, direction):
+        await runner.discard(stopping, meters)
         return ([], first, True) if gain else (first, [], True)
-    second: list[Result] = list(
-        await asyncio.gather(*(runner.pre(segment, pre_seeds) if gain else runner.post(segment, post_seeds)))
-    )
+    second = list(await asyncio.gather(*stopping))
     return (second, first, False) if gain else (first, second, False)
 
 
@@ -472,6 +596,8 @@ async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tup
         results = await runner.pairs(segment, pre_seeds, post_seeds)
         pre, post = results[: config.k], results[config.k :]
     counts = _tally(pre, post)
+    counts["policy_turns"] += runner.cancelled_turns
+    waited = config.curtail and not skipped and (config.curtail_mode == "wait" or not metered(runner.continuer))
     stats = dict(
         sampling="fixed",
         rule=config.acceptance,
@@ -479,7 +605,9 @@ async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tup
         budget=2 * config.k,
         fixed_budget=2 * config.k,
         spent=runner.spent,
-        rounds=1 if skipped or not config.curtail else 2,
+        cancelled=runner.cancelled,
+        rounds=2 if waited else 1,
+        policy_rounds=runner.last_round,
         failures=_failures(pre + post),
     )
     second = ("pre" if direction == "gain" else "post") if skipped else None
@@ -492,9 +620,10 @@ async def _fixed(runner: _Runner, segment: Segment, direction: Direction) -> tup
         first = "post" if direction == "gain" else "pre"
         successes, count = counts[f"{first}_successes"], counts[f"{first}_count"]
         _, why = best_case(successes, count, config, direction)
+        fate = f"were stopped after {runner.cancelled_turns} policy turns" if runner.cancelled else "were not run"
         reason = (
             f"curtailed: {first} {successes}/{count}; even with 0/{config.k} at {second} it would be rejected "
-            f"({why}), so the {config.k} {second} continuations were not run"
+            f"({why}), so the {config.k} {second} continuations {fate}"
         )
         return Verification(accepted=False, reason=reason, curtailed=True, **counts), VerifyStats(
             stop="curtailed", **stats
@@ -540,6 +669,7 @@ async def _adaptive(runner: _Runner, segment: Segment, direction: Direction) -> 
         fixed_budget=2 * config.k,
         spent=runner.spent,
         rounds=rounds,
+        policy_rounds=runner.last_round,
         stop=decision,
         failures=_failures(pre + post),
         accept_evidence=state.accept_evidence,

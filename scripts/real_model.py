@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -198,9 +198,13 @@ class Recorder:
 
     engine: Any
     calls: list[tuple[tuple[int, ...], int | None, tuple[int, ...]]]
+    seconds: list[float] = field(default_factory=list)
+    """Each call's wall time, in the order they returned."""
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        started = time.perf_counter()
         generation: Generation = await self.engine.generate(prompt_ids, params)
+        self.seconds.append(time.perf_counter() - started)
         self.calls.append((tuple(prompt_ids), params.seed, generation.token_ids))
         return generation
 
@@ -283,6 +287,7 @@ async def verify_step(
     k: int,
     sampling: SamplingParams,
     parity: ParityMonitor | None = None,
+    config: ProverConfig | None = None,
 ) -> tuple[Any, Recorder, LlamaServerEngine, float]:
     engine = LlamaServerEngine(url, slots=slots, logprobs=True, timeout_s=600.0, max_concurrency=64)
     recorder = Recorder(engine, [])
@@ -306,7 +311,7 @@ async def verify_step(
             env=ReplayEnv(MenuEnv),
             policy=policy,
             # both boundaries always run (no curtailment): this Delta is checked against a truth run below
-            config=ProverConfig(k=k, seed=11, max_concurrency=64, trigger_high=0.99, curtail=False),
+            config=config or ProverConfig(k=k, seed=11, max_concurrency=64, trigger_high=0.99, curtail=False),
         )
     return result, recorder, engine, time.perf_counter() - started
 
@@ -362,6 +367,24 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
             wall_s=wall,
             prompt_tokens=engine.stats.prompt_tokens,
             prompt_tokens_evaluated=engine.stats.prompt_tokens_evaluated,
+        )
+    # latency on the engine path: the library's default schedule and the waiting one, all in flight, slot affinity
+    for name, mode in (("default (overlap)", "overlap"), ("curtail_mode='wait'", "wait")):
+        config = ProverConfig(k=k, seed=11, max_concurrency=64, trigger_high=0.99, curtail_mode=mode)
+        result, recorder, _, wall = asyncio.run(
+            verify_step(url, chat, rows, slots=8, concurrency=64, k=k, sampling=sampling, config=config)
+        )
+        m = result.report.metrics(prefix="")
+        request = sorted(recorder.seconds)[len(recorder.seconds) // 2] if recorder.seconds else float("nan")
+        say(
+            f"(a) latency, {name}",
+            verify_policy_rounds=m["verify_policy_rounds"],
+            rollout_policy_rounds=m["rollout_policy_rounds"],
+            engine_calls=len(recorder.calls),
+            policy_turns=m["policy_turns"],
+            wall_s=wall,
+            median_request_s=request,
+            wall_in_requests=wall / request,
         )
     serial = runs["serial"]
     for name in ("concurrent", "affinity"):

@@ -77,8 +77,13 @@ def run(p_by_turn: dict[int, float], config: ProverConfig, direction: str = "gai
     return ver, stats, hook.calls
 
 
-def test_a_hopeless_post_boundary_skips_the_pre_continuations() -> None:
-    ver, stats, calls = run({1: 0.5, 3: 0.0}, ProverConfig(k=4, curtail=True))
+MODES = ["overlap", "wait"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_hopeless_post_boundary_skips_the_pre_continuations(mode: str) -> None:
+    """A hook that answers at once: in either mode the post outcomes settle it before any pre continuation starts."""
+    ver, stats, calls = run({1: 0.5, 3: 0.0}, ProverConfig(k=4, curtail=True, curtail_mode=mode))  # type: ignore[arg-type]
     assert calls == {1: 0, 3: 4}  # post 0/4: Delta <= 0 whatever pre does; pre never ran
     assert ver.curtailed and not ver.accepted and not ver.incomplete
     assert (ver.pre_count, ver.post_successes, ver.post_count, ver.policy_turns) == (0, 0, 4, 8)
@@ -87,23 +92,32 @@ def test_a_hopeless_post_boundary_skips_the_pre_continuations() -> None:
     assert (stats.stop, stats.spent, stats.rounds, stats.fixed_budget) == ("curtailed", 4, 1, 8)
 
 
-def test_a_hopeful_post_boundary_runs_both_and_matches_the_uncurtailed_run() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_hopeful_post_boundary_runs_both_and_matches_the_uncurtailed_run(mode: str) -> None:
+    """A continue_from hook cannot be stopped, so in either mode its pre boundary runs after post (tests/test_overlap.py
+    has the overlap schedule with a policy)."""
+    rounds = 2
     p = {1: 0.3, 3: 0.8}
-    ver, stats, calls = run(p, ProverConfig(k=6, seed=2, curtail=True))
+    ver, stats, calls = run(p, ProverConfig(k=6, seed=2, curtail=True, curtail_mode=mode))  # type: ignore[arg-type]
     plain, plain_stats, _ = run(p, ProverConfig(k=6, seed=2, curtail=False))
     assert calls == {1: 6, 3: 6} and not ver.curtailed
     assert ver == plain and ver.post_successes > 0  # same seeds, same outcomes, same decision
-    assert (stats.stop, stats.spent, stats.rounds) == ("fixed", 12, 2) and plain_stats.rounds == 1
+    assert (stats.stop, stats.spent, stats.rounds, stats.cancelled) == ("fixed", 12, rounds, 0)
+    assert plain_stats.rounds == 1
 
 
-def test_drops_run_the_pre_boundary_first() -> None:
-    ver, stats, calls = run({1: 0.0, 3: 0.7}, ProverConfig(k=4, curtail=True), direction="drop")
+@pytest.mark.parametrize("mode", MODES)
+def test_drops_run_the_pre_boundary_first(mode: str) -> None:
+    config = ProverConfig(k=4, curtail=True, curtail_mode=mode)  # type: ignore[arg-type]
+    ver, stats, calls = run({1: 0.0, 3: 0.7}, config, direction="drop")
     assert calls == {1: 4, 3: 0} and ver.curtailed and not ver.accepted and stats.stop == "curtailed"
     assert "curtailed: pre 0/4" in ver.reason and "the 4 post continuations were not run" in ver.reason
 
 
-def test_a_failed_first_boundary_is_incomplete_and_the_second_never_runs() -> None:
-    ver, stats, calls = run({1: 0.5, 3: 0.5}, ProverConfig(k=4, curtail=True), fail_at=3)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_first_boundary_is_incomplete_and_the_second_never_runs(mode: str) -> None:
+    config = ProverConfig(k=4, curtail=True, curtail_mode=mode)  # type: ignore[arg-type]
+    ver, stats, calls = run({1: 0.5, 3: 0.5}, config, fail_at=3)
     assert calls == {1: 0, 3: 4} and ver.incomplete and not ver.curtailed and not ver.accepted
     assert "(pre not run, post 0/4, need 4)" in ver.reason and "engine died" in ver.reason
     assert (stats.stop, stats.failures) == ("incomplete", {"error": 4})
@@ -134,29 +148,35 @@ def test_the_terminal_post_boundary_is_free_and_the_pre_boundary_runs() -> None:
     ids=["paper", "beta", "lcb", "negative", "choices", "unpaired"],
 )
 def test_curtailment_keeps_every_decision_and_bonus_on_the_vault(update: dict[str, object]) -> None:
-    """End to end on the demo MDP with three judges: identical statuses, Deltas and advantages; fewer continuations."""
+    """End to end on the demo MDP with three judges, both curtailment modes against none: identical statuses,
+    Deltas and advantages; fewer continuations and policy turns, ``wait`` fewest."""
     mdp = VaultMDP()
     env = SnapshotEnv(lambda: MDPEnv(mdp))
-    saved = 0
+    saved = dict.fromkeys(MODES, 0.0)
     for seed, judge in itertools.product(range(3), [ChoiceJudge(), AnchorJudge(), RandomJudge(7)]):
         batch = rollout_batch(mdp, 12, 8, seed)
         out = {}
-        for curtail in (False, True):
-            config = ProverConfig(seed=seed, curtail=curtail, **update)  # type: ignore[arg-type]
-            out[curtail] = compute_bonus(batch, judge=judge, env=env, policy=vault_policy(), config=config)
-        plain, cut = out[False], out[True]
-        assert [g.status for g in plain.report.groups] == [g.status for g in cut.report.groups]
-        for a, b in zip(plain.report.groups, cut.report.groups, strict=True):
-            if b.verification is not None and b.verification.curtailed:
-                assert a.verification is not None and a.status == "rejected"
-            elif b.verification is not None:
-                assert a.verification == b.verification  # same seeds: the same outcomes, the same Delta
-        for tid in plain.trajectories:
-            np.testing.assert_array_equal(plain.turn_advantages(tid), cut.turn_advantages(tid))
-        spent = [r.report.metrics(prefix="")["continuations"] for r in (plain, cut)]
-        assert spent[1] <= spent[0]
-        saved += spent[0] - spent[1]
-    assert saved > 0  # each setting has rejected groups that curtailment spared
+        for mode in ("off", *MODES):
+            schedule = "wait" if mode == "wait" else "overlap"
+            config = ProverConfig(seed=seed, curtail=mode != "off", curtail_mode=schedule, **update)  # type: ignore[arg-type]
+            out[mode] = compute_bonus(batch, judge=judge, env=env, policy=vault_policy(), config=config)
+        plain = out["off"]
+        for mode in MODES:
+            cut = out[mode]
+            assert [g.status for g in plain.report.groups] == [g.status for g in cut.report.groups]
+            for a, b in zip(plain.report.groups, cut.report.groups, strict=True):
+                if b.verification is not None and b.verification.curtailed:
+                    assert a.verification is not None and a.status == "rejected"
+                elif b.verification is not None:
+                    assert a.verification == b.verification  # same seeds: the same outcomes, the same Delta
+            for tid in plain.trajectories:
+                np.testing.assert_array_equal(plain.turn_advantages(tid), cut.turn_advantages(tid))
+        cost = {mode: r.report.metrics(prefix="") for mode, r in out.items()}
+        for key in ("continuations", "policy_turns"):
+            assert cost["wait"][key] <= cost["overlap"][key] <= cost["off"][key]
+        for mode in MODES:
+            saved[mode] += cost["off"]["policy_turns"] - cost[mode]["policy_turns"]
+    assert saved["wait"] > 0 and saved["overlap"] > 0  # each setting has rejected groups that curtailment spared
 
 
 @pytest.mark.parametrize("p_post", [0.0, 0.1, 0.3, 0.6, 1.0])

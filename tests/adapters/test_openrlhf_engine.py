@@ -279,9 +279,11 @@ def test_engines_left_asleep_time_out_into_a_recorded_skip_and_grpo_credit_is_in
     statuses = {g.group_id: (g.status, g.stage) for g in maker.last_report.groups}
     assert statuses == {"0": ("skipped", "verify"), "1": ("skipped", "verify")}
     for g in maker.last_report.groups:
-        # curtailed (the default): each group's 8 post continuations time out, its pre boundary is never run
+        # curtailment's overlap schedule (the default): both boundaries' 8 continuations are sent together; the
+        # post ones time out, which settles the group (incomplete), so the pre ones, timed out too, go unused
         assert g.verification is not None and g.verification.failed_continuations == 8
-    assert maker.last_metrics["prover/engine_failures"] == maker.last_metrics["prover/engine_calls"] == 16
+        assert g.verify_stats is not None and g.verify_stats.cancelled == 8
+    assert maker.last_metrics["prover/engine_failures"] == maker.last_metrics["prover/engine_calls"] == 32
     assert maker.last_metrics["prover/groups_skipped"] == 2
     assert ray.get(cluster.log.take.remote()) == []  # the model never ran: the requests wait in the engine
     for exp, ref in zip(credited, stock, strict=True):
@@ -294,7 +296,7 @@ def test_engines_left_asleep_time_out_into_a_recorded_skip_and_grpo_credit_is_in
     ):
         time.sleep(0.1)
     engine_mod.RolloutEngines(cluster.engines).call_all("sleep")
-    assert len(ray.get(cluster.log.take.remote())) == 16
+    assert len(ray.get(cluster.log.take.remote())) == 32
 
 
 def test_rollout_engines_send_token_ids_seed_and_budget(cluster: Any) -> None:

@@ -175,6 +175,8 @@ def test_continuation_contexts_are_the_recorded_token_ids_exactly() -> None:
     assert metrics["prover/engine_calls"] == sum(got.values()) == 16 + evens
     assert metrics["prover/engine_failures"] == 0.0
     assert metrics["prover/groups_accepted"] == float(group.status == "accepted")
+    # latency: both boundaries at once; post takes 1 action, a pre continuation that takes the key 2
+    assert metrics["prover/verify_policy_rounds"] == (2 if evens else 1)
     for exp in credited:  # every row carries the step's figures (OpenRLHF logs the per-sample mean)
         assert torch.equal(exp.info["prover/engine_calls"], torch.full((len(exp.index),), float(16 + evens)))
         assert BONUS_INFO_KEY in exp.info
@@ -195,9 +197,11 @@ def test_a_failing_engine_skips_the_group_and_keeps_openrlhf_advantages() -> Non
     credited = maker.compute_advantages_and_returns(experiences)
     (group,) = maker.last_report.groups
     assert (group.status, group.stage) == ("skipped", "verify")
-    # curtailed (the default): the 8 post continuations fail, the pre boundary is never run
+    # curtailment's overlap schedule (the default): both boundaries' first calls go out together; the post
+    # continuations fail, which settles the group (incomplete), and the pre ones' results go unused
     assert group.verification.failed_continuations == 8 and group.verify_stats.failures == {"error": 8}
-    assert maker.last_metrics["prover/engine_failures"] == maker.last_metrics["prover/engine_calls"] == 8
+    assert group.verify_stats.cancelled == 8
+    assert maker.last_metrics["prover/engine_failures"] == maker.last_metrics["prover/engine_calls"] == 16
     for exp, ref in zip(credited, stock, strict=True):
         assert torch.equal(exp.advantages, ref.advantages)
 

@@ -105,7 +105,8 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
 
     assert trainer.state.global_step == 2  # two optimizer steps
     assert len(trainer.results) == 2 and len(trainer.loss_inputs) == 2  # one generation per step
-    assert len(trainer.continuation_contexts) == 6  # curtailed (the default): post, then pre's two turns
+    # curtailment's overlap schedule (the default): post and pre at once, then pre's second turn: 2 batches a step
+    assert len(trainer.continuation_contexts) == 4
     for step, (result, inputs) in enumerate(zip(trainer.results, trainer.loss_inputs, strict=True)):
         # Verification with the trainer's own generation from the restored states: Delta = 2/2 - 0/2.
         (record,) = result.report.groups
@@ -149,16 +150,18 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
         prompt, completion = trainer.rollout_sequences[step][lucky_row]
         pre = prompt + completion[: lucky.turns[1].token_span[0]]  # s_1: before turn 1's action
         post = prompt + completion[: lucky.turns[2].token_span[0]]  # s_2: after turn 1, before turn 2's action
-        # curtailment runs the post boundary first (1 turn: 1 batch), then, post having succeeded, the pre
-        # boundary (2 turns: 2 batches): 3 batches per step
-        post_batch, pre_batch, pre_again = trainer.continuation_contexts[3 * step : 3 * step + 3]
-        assert [tuple(c) for c in post_batch] == [tuple(post)] * K
-        assert [tuple(c) for c in pre_batch] == [tuple(pre)] * K
+        # the post boundary (1 turn) and the pre boundary (2 turns) start together: 2 batches per step
+        both, pre_again = trainer.continuation_contexts[2 * step : 2 * step + 2]
+        assert [tuple(c) for c in both] == [tuple(post)] * K + [tuple(pre)] * K
         assert len(pre_again) == K  # only the pre continuations act again
     logged = [log for log in trainer.state.log_history if "prover/groups_accepted" in log]
     assert [log["prover/groups_accepted"] for log in logged] == [1.0, 1.0]
     assert all(log["prover/bonus_tokens"] >= 1 and log["prover/continuation_tokens"] > 0 for log in logged)
     assert [log["prover/continuation_share"] for log in logged] == [2 * K / G] * 2  # 2K continuations / G episodes
+    # latency: 2 rounds of policy calls (the pre boundary's 2 turns) against the rollout's 3, each one generate call
+    for log in logged:
+        assert (log["prover/verify_policy_rounds"], log["prover/rollout_policy_rounds"]) == (2, 3)
+        assert (log["prover/policy_calls"], log["prover/policy_batch_mean"]) == (2, 3 * K / 2)
     # per-stage wall times (prover_core.progress): verification ran, and no stage outlasts the whole call
     assert all(0 < log["prover/time/verify"] <= log["prover/time/total"] for log in logged)
     for stage in ("propose", "credit"):

@@ -503,6 +503,7 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
     assert delta > 0
     assert metrics["prover/groups_accepted"] == 1.0
     assert 0 < metrics["prover/time/verify"] <= metrics["prover/time/total"]  # per-stage wall times are logged
+    assert metrics["prover/verify_policy_rounds"] > 0 and metrics["prover/rollout_policy_rounds"] > 0  # latency
     data = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages", "response_mask"])
     adv = data["advantages"].to_padded_tensor(padding=0.0)
     mask = data["response_mask"].to_padded_tensor(padding=0).float()

@@ -144,6 +144,7 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         judge_calls=sum(r.judge_calls for r in reports),
         rollout_turns=sum(r.rollout_turns for r in reports),
         rollout_episodes=sum(r.rollout_episodes for r in reports),
+        rollout_rounds=max((r.rollout_rounds for r in reports), default=0),
         judge_stats=stats,
         timings=timings,
         engine_stats=merge_metrics([r.engine_stats for r in reports]),

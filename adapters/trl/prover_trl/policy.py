@@ -10,13 +10,13 @@ vLLM, whichever the trainer uses). torch is only imported when a continuation ru
 
 from __future__ import annotations
 
-import asyncio
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from prover_core import PolicyContext, Trajectory
+from prover_core.batching import Batcher
 from prover_trl.errors import ProverTRLError
 
 TokenIds = list[int]
@@ -54,7 +54,11 @@ def seeded(seed: int) -> Iterator[None]:
 
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
-        torch.manual_seed(seed)
+        # not torch.manual_seed: without CUDA up it queues a lazy seeding call, with a formatted stack, for every
+        # accelerator type on each call (a tenth of a CPU verification's time in benchmarks/trl_step.py --profile)
+        torch.default_generator.manual_seed(seed)
+        if cuda:
+            torch.cuda.manual_seed(seed)
         yield
 
 
@@ -69,8 +73,12 @@ class TrainerPolicy:
     ``render_observation(obs) -> token ids`` and ``parse_action(token ids) -> action`` must match the
     rollout (defaults: ``tokenizer.encode(str(obs))`` without special tokens, and the decoded text
     stripped). With ``batched=True`` the concurrent continuations' turns are generated in one batch
-    (seeded from their seeds as a set); ``batched=False`` generates each turn alone, seeded by its
-    continuation seed, so paired pre/post continuations share random numbers exactly.
+    (:class:`~prover_core.batching.Batcher`: one ``generate`` per round of continuations, seeded from their seeds
+    as a set, leaving out those verification cancelled while they waited); ``batched=False`` generates each turn
+    alone, seeded by its continuation seed, so paired pre/post continuations share random numbers exactly.
+
+    ``report_stats()`` gives the step's ``policy_calls`` (``generate`` calls, one after another: verification's
+    latency on this backend) and ``policy_rows`` (contexts in them; the trainer logs their mean batch).
     """
 
     def __init__(
@@ -95,12 +103,24 @@ class TrainerPolicy:
         """``trajectory id -> (prompt_ids, completion_ids)``, filled by the trainer for its own rows."""
         self.generated_tokens = 0
         self._state: dict[tuple[str, int, int], TokenIds] = {}
-        self._pending: list[tuple[TokenIds, int, asyncio.Future[TokenIds]]] = []
+        self._batcher: Batcher[tuple[TokenIds, int], TokenIds] = Batcher(self._generate_seeded)
 
     def clear(self) -> None:
-        """Forget the recorded sequences and continuation states (called by the trainer every step)."""
+        """Forget the recorded sequences, continuation states and call counts (called by the trainer every step)."""
         self.sequences.clear()
         self._state.clear()
+        self._batcher.reset_counts()
+
+    async def report_stats(self) -> dict[str, float]:
+        """The step's ``generate`` calls and the contexts in them (``prover/policy_calls``, ``prover/policy_rows``)."""
+        return {"policy_calls": self._batcher.calls, "policy_rows": self._batcher.rows}
+
+    def _generate_seeded(self, requests: list[tuple[TokenIds, int]]) -> list[TokenIds]:
+        """One ``generate`` of every request's context, seeded by the set of their seeds."""
+        with seeded(_mix(*sorted(seed for _, seed in requests))):
+            actions = generate(self.trainer, [ids for ids, _ in requests], self.max_action_tokens)
+        self.generated_tokens += sum(map(len, actions))
+        return actions
 
     def context_ids(self, context: PolicyContext) -> tuple[tuple[str, int, int], TokenIds]:
         """The continuation's key and the exact token context before its next action."""
@@ -125,32 +145,11 @@ class TrainerPolicy:
     async def act(self, context: PolicyContext) -> Any:
         key, ids = self.context_ids(context)
         step = len(context.history) - key[1]  # the j-th new action of paired pre/post continuations: same seed
+        request = (ids, _mix(context.seed, step))
         if self.batched:
-            action = await self._batched(ids, _mix(context.seed, step))
+            action = await self._batcher.submit(request)
         else:
-            with seeded(_mix(context.seed, step)):
-                action = generate(self.trainer, [ids], self.max_action_tokens)[0]
-            self.generated_tokens += len(action)
+            self._batcher.calls, self._batcher.rows = self._batcher.calls + 1, self._batcher.rows + 1
+            (action,) = self._generate_seeded([request])
         self._state[key] = self._state[key] + action
         return self.parse_action(action)
-
-    async def _batched(self, ids: TokenIds, seed: int) -> TokenIds:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[TokenIds] = loop.create_future()
-        if not self._pending:
-            loop.call_soon(self._flush)
-        self._pending.append((ids, seed, future))
-        return await future
-
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        try:
-            with seeded(_mix(*sorted(seed for _, seed, _ in pending))):
-                actions = generate(self.trainer, [ids for ids, _, _ in pending], self.max_action_tokens)
-        except Exception as exc:
-            for _, _, future in pending:
-                future.set_exception(exc)
-            return
-        for (_, _, future), action in zip(pending, actions, strict=True):
-            self.generated_tokens += len(action)
-            future.set_result(action)

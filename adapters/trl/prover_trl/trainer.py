@@ -429,10 +429,16 @@ class ProverGRPOTrainer(GRPOTrainer):
             for gid, problem in problems.items()
         ]
         merged = merge_reports([r for r, _, _ in gathered] + [Report(groups=skips)]).model_copy(
-            update={"rollout_episodes": len(everyone), "rollout_turns": sum(b.turns for b in everyone)}
+            update={
+                "rollout_episodes": len(everyone),
+                "rollout_turns": sum(b.turns for b in everyone),
+                "rollout_rounds": max(b.turns for b in everyone),
+            }
         )
         self.prover_last_result, self.prover_last_report = result, merged
         metrics = merged.metrics()
+        if metrics.get("prover/policy_calls"):  # TrainerPolicy's generate calls: their mean batch
+            metrics["prover/policy_batch_mean"] = metrics["prover/policy_rows"] / metrics["prover/policy_calls"]
         counts = torch.tensor([float((bonus != 0).sum())], device=bonus.device)
         metrics["prover/bonus_tokens"] = float(self.accelerator.gather(counts).sum())
         if any(g is not None for _, _, g in gathered):
