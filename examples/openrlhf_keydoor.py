@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from openrlhf.utils.agent import AgentInstanceBase
 
-from prover_core import DivergenceJudge, ProverConfig
+from prover_core import ChoiceJudge, ProverConfig
 from prover_openrlhf import AgentInstanceEnv, ProverSetup
 from prover_openrlhf.engine import engine_policy
 from prover_openrlhf.recorder import RecordingAgentExecutor
@@ -64,8 +64,8 @@ class AgentExecutor(RecordingAgentExecutor):
 def make_setup(maker: Any) -> ProverSetup:
     """Called once in OpenRLHF's trainer actor with the experience maker."""
     return ProverSetup(
-        judge=DivergenceJudge(),  # or an LLMJudge (docs/judges.md)
+        judge=ChoiceJudge(),  # the default; or an LLMJudge (docs/judges.md)
         env=AgentInstanceEnv(KeyDoor),
         policy=engine_policy(maker),  # OpenRLHF's vLLM engines, found through the launcher's registry
-        config=ProverConfig(k=8, lam=1.0, max_continuation_turns=MAX_TURNS),
+        config=ProverConfig(k=4, lam=1.0, max_continuation_turns=MAX_TURNS),  # k, lam: the defaults
     )

@@ -50,7 +50,7 @@ def build_trainer(
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from prover_core import DivergenceJudge, ProverConfig, ReplayEnv
+    from prover_core import ChoiceJudge, ProverConfig, ReplayEnv
     from prover_trl import ChatRenderer, ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward
     from trl_toy import LuckyDoor  # examples/trl_toy.py
 
@@ -82,7 +82,7 @@ def build_trainer(
             LuckyDoor, max_turns=5, render_prompt=chat.prompt, render_observation=chat.observation
         ),
         prover=ProverSetup(
-            judge=judge or DivergenceJudge(),  # or prover_core's LLM judge (any OpenAI-compatible server)
+            judge=judge or ChoiceJudge(),  # the default; or prover_core's LLM judge (any OpenAI-compatible server)
             env=ReplayEnv(LuckyDoor),
             config=ProverConfig(k=k, lam=1.0),
             policy_options={"render_observation": chat.observation, "max_concurrency": 256, "timeout_s": 120.0},

@@ -31,7 +31,7 @@ from prover_core.errors import (
 )
 from prover_core.executors import LocalExecutor, RayExecutor
 from prover_core.grpo import group_advantages, grpo_advantages
-from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, FirstOf, RandomJudge
+from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, FirstOf, RandomJudge, default_judge
 from prover_core.progress import Progress
 from prover_core.protocols import (
     ContinueFn,
@@ -109,6 +109,7 @@ __all__ = [
     "WorkerLostError",
     "acompute_bonus",
     "compute_bonus",
+    "default_judge",
     "credit_view",
     "group_advantages",
     "group_batch",

@@ -14,8 +14,8 @@ is computed as given.
 * ``groups_of_one``: groups holding one trajectory (``group_id=trajectory.id``): their GRPO advantage
   is 0 and a single run is never eligible, so they earn nothing.
 * ``one_group``: the whole batch is one group whose trajectories start from different tasks
-  (different ``reset`` specs, a per-episode ``seed`` aside, or first observations): GRPO would
-  centre rewards across tasks.
+  (``reset`` specs that differ outside ``ProverConfig.episode_keys``, by default ``seed`` and ``member``, or
+  different first observations): GRPO would centre rewards across tasks.
 
 Not detected: inclusive ends when every action has several tokens and every observation has tokens
 (the spans are then merely one token short); one group per batch of rollouts that share a task.
@@ -24,7 +24,7 @@ Not detected: inclusive ends when every action has several tokens and every obse
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -115,19 +115,23 @@ def _key(value: Any) -> str:
         return repr(value)
 
 
-EPISODE_KEYS = frozenset({"seed"})
-"""Reset-spec keys that draw one episode's randomness, not its task: runs of one task differ there."""
+EPISODE_KEYS = ("seed", "member")
+"""The default ``ProverConfig.episode_keys``: reset-spec keys that differ between the runs of one task (``seed``:
+the episode's randomness; ``member``: the run's index in its group, as ``prover_trl.member_reset`` writes it)."""
 
 
-def _task_key(reset: Any) -> str:
-    """:func:`_key` of a reset spec without its per-episode keys (:data:`EPISODE_KEYS`)."""
+def _task_key(reset: Any, episode_keys: Collection[str]) -> str:
+    """:func:`_key` of a reset spec without its per-episode keys."""
     if isinstance(reset, Mapping):
-        reset = {k: v for k, v in reset.items() if k not in EPISODE_KEYS}
+        reset = {k: v for k, v in reset.items() if k not in episode_keys}
     return _key(reset)
 
 
-def check_groups(groups: Mapping[str, Sequence[Trajectory]]) -> list[BatchWarning]:
-    """Groups of one, and one group holding the whole batch of different tasks."""
+def check_groups(
+    groups: Mapping[str, Sequence[Trajectory]], episode_keys: Collection[str] = EPISODE_KEYS
+) -> list[BatchWarning]:
+    """Groups of one, and one group holding the whole batch of different tasks (reset specs that differ outside
+    ``episode_keys``, or different first observations)."""
     out: list[BatchWarning] = []
     singles = sum(len(members) == 1 for members in groups.values())
     if singles:
@@ -144,7 +148,7 @@ def check_groups(groups: Mapping[str, Sequence[Trajectory]]) -> list[BatchWarnin
         )
     if len(groups) == 1:
         (gid, members), *_ = groups.items()
-        tasks = {_task_key(t.reset) for t in members} if any(t.reset for t in members) else set()
+        tasks = {_task_key(t.reset, episode_keys) for t in members} if any(t.reset for t in members) else set()
         starts = {_key(t.turns[0].observation) for t in members}
         distinct = max(len(tasks), len(starts))
         if len(members) > 1 and distinct > 1:
@@ -156,11 +160,12 @@ def check_groups(groups: Mapping[str, Sequence[Trajectory]]) -> list[BatchWarnin
                         f"the whole batch of {len(members)} trajectories is one group ({gid!r}) although they start "
                         f"from {distinct} different tasks (reset specs or first observations): GRPO centres rewards "
                         "across tasks and ProVer compares runs of different tasks. Give each prompt's rollouts "
-                        "their own group_id"
+                        "their own group_id; if the reset specs differ only in keys that vary per run of one task, "
+                        f"name them: ProverConfig(episode_keys=({', '.join(map(repr, episode_keys))}, ...))"
                     ),
                 )
             )
     return out
 
 
-__all__ = ["WARNING_KINDS", "BatchWarning", "WarningKind", "check_groups", "check_token_spans"]
+__all__ = ["EPISODE_KEYS", "WARNING_KINDS", "BatchWarning", "WarningKind", "check_groups", "check_token_spans"]

@@ -383,8 +383,10 @@ async def acompute_bonus(
     await asyncio.gather(*(verified(case, answer) for case, answer in proposed))
     concurrent = time.perf_counter() - gathered_at
 
-    _warn_if_all_skipped([records[case.group_id] for case in cases])
-    mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus)
+    examined = [records[case.group_id] for case in cases]
+    if not _warn_if_all_skipped(examined):
+        _warn_if_no_continuation_finished(examined)
+    mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus, config.episode_keys)
     stats = getattr(judge, "stats", None)
     policy_stats = getattr(policy, "report_stats", None)
     engine_stats = dict(await resolve(policy_stats())) if callable(policy_stats) else {}
@@ -457,9 +459,10 @@ def _batch_warnings(
     everyone: Sequence[Trajectory],
     advantages: Mapping[str, float],
     turn_bonus: Mapping[str, NDArray[np.float64]],
+    episode_keys: Sequence[str],
 ) -> list[BatchWarning]:
     """Batch shapes and token spans that cannot be meant (:mod:`prover_core.batch_checks`), each logged once."""
-    found = check_groups(groups)
+    found = check_groups(groups, episode_keys)
     spans = check_token_spans(everyone, advantages, turn_bonus)
     if spans is not None:
         found.append(spans)
@@ -468,10 +471,10 @@ def _batch_warnings(
     return found
 
 
-def _warn_if_all_skipped(eligible: list[GroupRecord]) -> None:
-    """Log a warning when every eligible group of a call fell back to GRPO (likely a setup error)."""
+def _warn_if_all_skipped(eligible: list[GroupRecord]) -> bool:
+    """Log a warning when every eligible group of a call fell back to GRPO (likely a setup error); whether it did."""
     if not eligible or any(g.status != "skipped" for g in eligible):
-        return
+        return False
     kinds = {(g.stage, re.sub(r"\d+(\.\d+)?", "#", g.reason)) for g in eligible}
     first = eligible[0]
     logger.warning(
@@ -480,6 +483,25 @@ def _warn_if_all_skipped(eligible: list[GroupRecord]) -> None:
         "for one reason" if len(kinds) == 1 else f"for {len(kinds)} different reasons",
         first.group_id,
         first.stage,
+        first.reason,
+    )
+    return True
+
+
+def _warn_if_no_continuation_finished(eligible: list[GroupRecord]) -> None:
+    """Log a warning, naming the first error, when continuations ran and every one that was not stopped failed:
+    no verification could decide, whatever the judge declined elsewhere (likely a setup error, e.g. a policy
+    that cannot parse the actions it generates)."""
+    ran = [g for g in eligible if g.verify_stats is not None and g.verify_stats.spent > g.verify_stats.cancelled]
+    failed = sum(g.verification.failed_continuations for g in ran if g.verification is not None)
+    if not ran or failed < sum(g.verify_stats.spent - g.verify_stats.cancelled for g in ran if g.verify_stats):
+        return
+    first = ran[0]
+    logger.warning(
+        "every continuation of this call failed (%d), so no group was verified and every group keeps plain GRPO "
+        "credit; e.g. group %r: %s",
+        failed,
+        first.group_id,
         first.reason,
     )
 

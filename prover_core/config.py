@@ -120,6 +120,11 @@ class ProverConfig(BaseModel):
     """Divide the group-centred reward by the group's standard deviation (Dr. GRPO style off)."""
     std_eps: float = Field(default=1e-6, gt=0.0)
 
+    episode_keys: tuple[str, ...] = ("seed", "member")
+    """*library*: reset-spec keys that differ between the runs of one task (the episode's randomness, the run's
+    index in its group: ``prover_trl.member_reset`` writes ``member``). The batch check that warns when one group
+    holds several tasks (:mod:`prover_core.batch_checks`) ignores them; name your own here."""
+
     strict: bool = False
     """*library*: raise on judge/restore/continuation failures instead of recording a skip."""
 

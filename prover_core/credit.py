@@ -10,6 +10,8 @@ and every other trajectory gets 0. The advantage of a trainable token of turn ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -68,3 +70,35 @@ def mask_runs(mask: ArrayLike) -> list[tuple[int, int]]:
     edges = np.diff(np.concatenate(([False], m, [False])).astype(np.int8))
     starts, ends = np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()
     return list(zip(starts, ends, strict=True))
+
+
+def spans_off_mask(spans: Sequence[tuple[int, int]], mask: ArrayLike) -> str | None:
+    """Why the half-open action ``spans`` do not cover exactly the trainable tokens of a 1-D ``mask``; ``None``
+    when they do.
+
+    A host's trainable mask (1 on the tokens the policy generated) is the truth the spans must match: every span
+    on trainable tokens, every trainable token in a span. Inclusive ends ``(start, last)`` leave the last token
+    of each action outside its span, the mistake :mod:`prover_core.batch_checks` cannot see from the spans alone
+    when every action has several tokens. A mask of all ones says nothing about where actions end: ``None``.
+    """
+    m = np.asarray(mask) != 0
+    if m.all():
+        return None
+    covered = np.zeros(m.shape[0], dtype=bool)
+    for start, end in spans:
+        covered[start:end] = True
+    if np.array_equal(covered, m):
+        return None
+    uncovered = np.flatnonzero(m & ~covered)
+    ends = {end for _, end in spans}
+    if uncovered.size:
+        first = int(uncovered[0])
+        hint = (
+            " right after a span ends: spans look inclusive (start, last); they are half-open [start, end), so pass "
+            "(start, last + 1)"
+            if first in ends
+            else ""
+        )
+        return f"{uncovered.size} trainable tokens lie in no turn's span (the first at position {first}{hint})"
+    outside = np.flatnonzero(covered & ~m)
+    return f"{outside.size} tokens inside turn spans are not trainable (the first at position {int(outside[0])})"

@@ -401,19 +401,20 @@ class _Runner:
         One that has not started (waiting for a concurrency slot) is cancelled; one that has stops
         before its next turn, after the call it is in (see :mod:`prover_core.clock`), so its turns are all counted.
         """
-        for task, meter in zip(tasks, meters, strict=True):
-            stop(task, meter)
+        halt(tasks, meters)
         await asyncio.gather(*tasks, return_exceptions=True)
         started = [m for m in meters if m.started]
         self.cancelled += len(started)
         self.cancelled_turns += sum(m.turns for m in started)
 
 
-def stop(task: asyncio.Future[Result], meter: Meter) -> None:
-    """Stop one continuation: cancel it if it has not started, else let it stop before its next turn."""
-    meter.stopped = True
-    if not meter.started:
-        task.cancel()
+def halt(tasks: Sequence[asyncio.Future[Result]], meters: Sequence[Meter]) -> None:
+    """Stop continuations, at once: each one that has not started is cancelled, each one that has stops before its
+    next turn (its meter says so)."""
+    for task, meter in zip(tasks, meters, strict=True):
+        meter.stopped = True
+        if not meter.started:
+            task.cancel()
 
 
 def _tally(pre: list[Result], post: list[Result]) -> dict[str, int]:
@@ -568,8 +569,7 @@ async def _curtailed(
         result = await call
         ended.append(result)
         if not meters[0].stopped and settled(ended, config.k - len(ended), config, direction):
-            for task, meter in zip(stopping, meters, strict=True):
-                stop(task, meter)
+            halt(stopping, meters)
         return result
 
     firsts = [asyncio.ensure_future(watched(call)) for call in launch(first_name)]

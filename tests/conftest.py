@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Iterable, Iterator, Sequence
 
 import pytest
 from hypothesis import settings
@@ -52,3 +53,9 @@ def ray_cluster() -> Iterator[None]:
     yield
     if started:
         ray.shutdown()
+
+
+def library_warnings(records: Iterable[logging.LogRecord]) -> list[str]:
+    """The messages of WARNING (or worse) records from the library's own loggers (``prover_core``, the adapters'):
+    a shipped example or documented command must log none (issue 37: one story, no false warning)."""
+    return [r.getMessage() for r in records if r.levelno >= logging.WARNING and r.name.startswith("prover")]

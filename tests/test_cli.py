@@ -96,7 +96,10 @@ def test_a_judge_too_slow_for_its_timeout_is_explained_and_fails_the_demo(capsys
     skipped = int(re.search(r"(\d+) skipped", out).group(1))  # type: ignore[union-attr]
     assert code == 1 and skipped >= 1 and len(server.requests) == skipped  # one attempt per group
     assert f"Skipped groups, by reason (each keeps its GRPO credit): {skipped}" in out
-    timed_out = r"failed after 1 attempt\(s\): timed out \(ReadTimeout; timeout_s=0.1, connect_timeout_s=10\)"
+    timed_out = (
+        r"failed after 1 attempt\(s\): timed out \(AnswerTimeout: the whole answer took longer than timeout_s; "
+        r"timeout_s=0.1, connect_timeout_s=10\)"
+    )
     assert max(len(line) for line in out.splitlines()) <= 100  # long reasons are wrapped, not cut
     flat = re.sub(r"\n +", " ", out)
     assert re.search(rf"credit\): {skipped} {skipped} x propose: JudgeError: chat server \S+ {timed_out}", flat)

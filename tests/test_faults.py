@@ -26,8 +26,10 @@ from pydantic import ValidationError
 
 from prover_core import (
     Decline,
+    Proposal,
     ProverConfig,
     ReplayEnv,
+    Segment,
     SegmentRules,
     SnapshotEnv,
     Trajectory,
@@ -243,7 +245,7 @@ def test_a_nan_in_an_observation_replays() -> None:
         assert result.turn_bonus["g0"].tolist() == [0.0, 1.0, 0.0, 0.0]
 
 
-# --- 5. the LLM judge's timeout_s bounds the whole request ---------------------------------------------
+# --- 5. the LLM judge's timeout_s bounds the whole answer ----------------------------------------------
 
 
 def test_the_judge_timeout_bounds_a_request_whose_answer_trickles() -> None:
@@ -253,13 +255,13 @@ def test_the_judge_timeout_bounds_a_request_whose_answer_trickles() -> None:
         judge = LLMJudge.from_url(server.url, "m", timeout_s=1.0, max_attempts=1, connect_timeout_s=1.0)
         group = make_group()
         started = time.monotonic()
-        with pytest.raises(JudgeError, match=r"timed out.*longer than connect_timeout_s \+ timeout_s = 2 s"):
+        with pytest.raises(JudgeError, match=r"timed out \(AnswerTimeout: the whole answer took longer than timeout_s"):
             asyncio.run(judge.propose(group[0], group[1:], SegmentRules(max_turns=2)))
-        assert time.monotonic() - started < 5.0
+        assert time.monotonic() - started < 3.0
         started = time.monotonic()
-        with pytest.raises(JudgeError, match=r"timed out.*longer than connect_timeout_s \+ timeout_s = 2 s"):
+        with pytest.raises(JudgeError, match=r"timed out \(AnswerTimeout: the whole answer took longer than timeout_s"):
             judge.propose_sync(group[0], group[1:], SegmentRules(max_turns=2))
-        assert time.monotonic() - started < 6.0  # checked between chunks
+        assert time.monotonic() - started < 3.0
 
 
 # --- 6. a BaseException that is not an Exception, on a worker thread --------------------------------------
@@ -429,6 +431,46 @@ def test_groups_of_one_and_one_group_for_the_whole_batch_are_warned_about(caplog
     with caplog.at_level(logging.WARNING, logger="prover_core"):
         result = compute_bonus(seeded, judge=FixedJudge(1, 1), continue_from=hook, config=config)
     assert result.report.batch_warnings == [] and not warnings_of(caplog, "one_group")
+
+    # the member's index (prover_trl.member_reset's "member") varies per run of one task too
+    members = [t.model_copy(update={"reset": {"prompt": "p", "member": i}}) for i, t in enumerate(seeded)]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="prover_core"):
+        result = compute_bonus(members, judge=FixedJudge(1, 1), continue_from=hook, config=config)
+    assert result.report.batch_warnings == [] and not warnings_of(caplog, "one_group")
+
+    # a key of the user's own that varies per run: warned about, with the fix; named in episode_keys: quiet
+    own = [t.model_copy(update={"reset": {"prompt": "p", "attempt": i}}) for i, t in enumerate(seeded)]
+    with caplog.at_level(logging.WARNING, logger="prover_core"):
+        compute_bonus(own, judge=FixedJudge(1, 1), continue_from=hook, config=config)
+    (message,) = warnings_of(caplog, "one_group")
+    assert "ProverConfig(episode_keys=('seed', 'member', ...))" in message
+    caplog.clear()
+    named = config.model_copy(update={"episode_keys": ("seed", "member", "attempt")})
+    with caplog.at_level(logging.WARNING, logger="prover_core"):
+        result = compute_bonus(own, judge=FixedJudge(1, 1), continue_from=hook, config=named)
+    assert result.report.batch_warnings == [] and not warnings_of(caplog, "one_group")
+
+
+def test_every_continuation_failing_is_warned_about_with_the_first_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A policy that cannot act (here a hook that raises) fails every continuation; one group is declined, so not
+    every eligible group is skipped, and still the step's log names the error."""
+
+    class DeclineSecond:
+        def propose(self, success, failures, rules):  # type: ignore[no-untyped-def]
+            if success.group_id == "task1":
+                return Decline(reason="no evidence")
+            return Proposal(segment=Segment(trajectory_id=success.id, start=1, end=1))
+
+    def broken(trajectory, turn, seed):  # type: ignore[no-untyped-def]
+        raise ValueError("cannot parse action 'xyz'")
+
+    batch = [make_trajectory(f"t{i}", f"task{i // 4}", i % 4 == 0, WINNER) for i in range(8)]
+    with caplog.at_level(logging.WARNING, logger="prover_core"):
+        result = compute_bonus(batch, judge=DeclineSecond(), continue_from=broken, config=ProverConfig(k=2))
+    assert result.report.summary()["declined"] == 1 and result.report.summary()["skipped"] == 1
+    (line,) = [r.getMessage() for r in caplog.records if "every continuation of this call failed" in r.getMessage()]
+    assert "cannot parse action 'xyz'" in line and "group 'task0'" in line
 
 
 def test_a_config_reused_every_step_draws_new_continuation_seeds_for_new_episodes() -> None:

@@ -81,7 +81,7 @@ def test_structured_answer_becomes_a_proposal_and_usage_is_counted() -> None:
     assert stats["retries"] == 0 and stats["repairs"] == 0 and stats["latency_s"] > 0
 
 
-def test_sync_propose_uses_the_blocking_client() -> None:
+def test_sync_propose_answers() -> None:
     group = make_group()
     with ChatServer([answer(0, 0)]) as server, judge_for(server) as judge:
         p = judge.propose_sync(group[0], group[1:], RULES)
@@ -224,9 +224,54 @@ def test_server_down_is_a_connection_error_after_retries() -> None:
 
 
 def test_slow_server_times_out() -> None:
-    with ChatServer([answer(1, 1, delay_s=0.5)]) as server, pytest.raises(JudgeError, match=r"timed out.*ReadTimeout"):
+    with ChatServer([answer(1, 1, delay_s=0.5)]) as server, pytest.raises(JudgeError, match=r"timed out.*Timeout"):
         run(judge_for(server, timeout_s=0.05, max_attempts=2))
     assert len(server.requests) == 2
+
+
+def dripping(reply: Reply, every_s: float) -> Reply:
+    """``reply`` sent a byte every ``every_s`` seconds: no single read waits longer than that."""
+    reply.trickle_s = every_s
+    return reply
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "sync"])
+def test_a_dripping_answer_is_cut_off_at_timeout_s(blocking: bool) -> None:
+    timeout_s = 1.0  # a byte every 0.5 s (~300 bytes: ~150 s in all); connect_timeout_s=10 once let it run 11 s
+    with ChatServer([dripping(answer(1, 1), 0.5)]) as server:
+        judge = judge_for(server, timeout_s=timeout_s, connect_timeout_s=10.0, max_attempts=2)
+        group = make_group()
+        started = time.monotonic()
+        with pytest.raises(JudgeError, match=r"failed after 2 attempt.*timed out \(AnswerTimeout"):
+            if blocking:
+                judge.propose_sync(group[0], group[1:], RULES)
+            else:
+                run(judge, group)
+        elapsed = time.monotonic() - started
+    assert elapsed < 2 * (3 * timeout_s) + 0.5, f"two attempts took {elapsed:.1f}s against timeout_s={timeout_s}"
+    s = judge.stats()
+    assert (s["calls"], s["retries"], s["failed_requests"], s["errors"], s["latency_s"]) == (2, 1, 2, 1, 0)
+
+
+def test_a_dripping_answer_skips_its_group_and_a_fast_answer_still_counts() -> None:
+    groups = [*make_group("drip"), *make_group("fast")]
+
+    def script(body: dict[str, Any], index: int) -> Reply:
+        drips = "'drip-s'" in body["messages"][1]["content"]
+        return dripping(answer(1, 1), 0.5) if drips else answer(1, 1)
+
+    with ChatServer(script) as server:
+        judge = judge_for(server, timeout_s=1.0, connect_timeout_s=10.0, max_attempts=1)
+        started = time.monotonic()
+        result = compute_bonus(groups, judge=judge, continue_from=lambda t, turn, seed: turn >= 2)
+        elapsed = time.monotonic() - started
+    by_group = {g.group_id: g for g in result.report.groups}
+    assert elapsed < 3 * 1.0 + 0.5, f"compute_bonus took {elapsed:.1f}s against timeout_s=1"
+    assert by_group["drip"].status == "skipped" and by_group["drip"].stage == "propose"
+    assert "timed out (AnswerTimeout: the whole answer took longer than timeout_s" in (by_group["drip"].reason or "")
+    assert by_group["fast"].status == "accepted"
+    stats = result.report.judge_stats
+    assert (stats["calls"], stats["failed_requests"], stats["proposals"], stats["errors"]) == (2, 1, 1, 1)
 
 
 def test_truncated_http_body_and_dropped_connection_are_retried() -> None:

@@ -3,6 +3,7 @@ examples') passes ``mypy --strict`` as a user's own code would be checked, witho
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from prover_core.cli import main
+from tests.conftest import library_warnings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -20,14 +22,18 @@ CACHE = ROOT / ".venv" / "mypy-users-cache"  # reused across runs: the first tak
 CORE_EXAMPLES = ["examples/custom_trainer.py", "examples/textworld_credit.py"]
 
 
-def test_the_readme_cost_figures_are_what_the_demo_prints(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_readme_cost_figures_are_what_the_demo_prints(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     said = re.search(
         r"`prover demo` spends ([\d.]+)% more policy turns\s+than its batch \((\d+) continuation turns on a "
         r"(\d+)-turn rollout",
         README,
     )
     assert said, "the README's cost sentence changed: update this test with it"
-    assert main(["demo"]) == 0  # exactly the README's command (`prover demo`), defaults included
+    with caplog.at_level(logging.WARNING):
+        assert main(["demo"]) == 0  # exactly the README's command (`prover demo`), defaults included
+    assert not library_warnings(caplog.records)
     printed = re.search(
         r"Continuations: \d+ \((\d+) policy turns, ([\d.]+)% of the batch's (\d+) turns\)", capsys.readouterr().out
     )

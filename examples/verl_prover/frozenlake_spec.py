@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prover_core import DivergenceJudge, ProverConfig
+from prover_core import ChoiceJudge, ProverConfig
 from prover_core.envs.gymnasium import GymEnv, gym_spec
 from prover_verl import ProverSpec
 
@@ -34,8 +34,8 @@ class FrozenLakeSpec(ProverSpec):
         words = text.strip().lower().split()
         return ACTIONS.index(words[0]) if words and words[0] in ACTIONS else 0  # anything else: "left"
 
-    def judge(self) -> DivergenceJudge:
-        return DivergenceJudge()
+    def judge(self) -> ChoiceJudge:
+        return ChoiceJudge()  # the default; on slippery FrozenLake it declines most groups (docs/environments.md)
 
     def prover_config(self) -> ProverConfig:
-        return ProverConfig(k=8, lam=1.0)
+        return ProverConfig(k=4, lam=1.0)  # the defaults

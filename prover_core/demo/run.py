@@ -60,6 +60,8 @@ class DemoRun:
     trajectories: list[Trajectory]
     result: BonusResult
     judge_name: str
+    k: int = 4
+    """Continuations per boundary."""
 
     def exact_values(self, trajectory: Trajectory) -> list[float]:
         """``V(s_t)`` before every turn, plus the terminal outcome after the last one."""
@@ -96,7 +98,7 @@ def run_demo(
         policy=vault_policy(),
         config=ProverConfig(k=k, seed=seed),
     )
-    return DemoRun(mdp, trajectories, result, judge)
+    return DemoRun(mdp, trajectories, result, judge, k)
 
 
 def skip_reasons(report: Report) -> list[tuple[str, int]]:
@@ -129,6 +131,14 @@ def render(run: DemoRun) -> str:
         f"{run.judge_name} judge",
         "",
         "Groups: " + ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in r.report.summary().items()),
+        *textwrap.wrap(
+            "(eligible: a success rate strictly between 0 and 0.5, the trigger; unverified: left out by "
+            "max_verified_groups; declined: the judge saw no evidence; skipped: something failed; rejected or "
+            "accepted: by Delta > 0)",
+            100,
+            initial_indent="  ",
+            subsequent_indent="  ",
+        ),
         f"Continuations: {m['continuations']:.0f} ({m['policy_turns']:.0f} policy turns, "
         f"{100 * m['extra_turn_share']:.1f}% of the batch's {r.report.rollout_turns} turns); "
         f"judge calls: {m['judge/propose_calls']:.0f}",
@@ -154,6 +164,8 @@ def render(run: DemoRun) -> str:
             f"Verify: pre {ver.pre_successes}/{ver.pre_count}, post {ver.post_successes}/{ver.post_count}, "
             f"{ver.delta_text} (exact V(s_post) - V(s_pre) = {exact:+.3f}) -> {g.status}",
             "",
+            "V(s_t): the exact probability that the current policy wins from the state before turn t; "
+            "< marks the segment",
             f"{'turn':>4}  {'observation':<58} {'action':<12} {'GRPO A':>7} {'bonus':>7} {'A+bonus':>8} {'V(s_t)':>7}",
         ]
         adv = r.turn_advantages(traj.id)
@@ -170,7 +182,8 @@ def render(run: DemoRun) -> str:
         left_out = f"; {curtailed} curtailed, not measured" if curtailed else ""
         lines += [
             "",
-            f"Across {len(errors)} verified groups: mean |Delta - exact| = {mae:.3f} (K = sampling error){left_out}",
+            f"Across {len(errors)} verified groups: mean |Delta - exact| = {mae:.3f}, the Monte Carlo error of "
+            f"K = {run.k} continuations per boundary{left_out}",
         ]
     lines.append("Every other turn and trajectory keeps its GRPO advantage; tokens get A+bonus on action spans only.")
     return "\n".join(lines)

@@ -5,6 +5,7 @@
 ``FirstOf`` combines judges (the first proposal wins);
 ``LLMJudge`` speaks the OpenAI chat-completions protocol (docs/judges.md; imported on first use,
 so that code without an LLM judge does not pay for httpx and tenacity at import time).
+:func:`default_judge` is the library's default, the one every adapter uses when given none.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,22 @@ if TYPE_CHECKING:
     from prover_core.judges.llm import LLMJudge
     from prover_core.judges.llm_config import LLMJudgeConfig
 
-__all__ = ["AnchorJudge", "ChoiceJudge", "DivergenceJudge", "FirstOf", "LLMJudge", "LLMJudgeConfig", "RandomJudge"]
+__all__ = [
+    "AnchorJudge",
+    "ChoiceJudge",
+    "DivergenceJudge",
+    "FirstOf",
+    "LLMJudge",
+    "LLMJudgeConfig",
+    "RandomJudge",
+    "default_judge",
+]
+
+
+def default_judge() -> ChoiceJudge:
+    """The library's default judge, a :class:`ChoiceJudge` (docs/judges.md says why): what every adapter uses
+    when given no judge, and what every doc snippet and example uses unless it says why not."""
+    return ChoiceJudge()
 
 
 def __getattr__(name: str) -> Any:

@@ -135,7 +135,8 @@ class LLMJudge:
         self._stats.new_step()
 
     def close(self) -> None:
-        """Release the blocking client's connections (async connections are released when idle)."""
+        """Kept for ``with LLMJudge(...)``: every request's connections are released when its event loop's client
+        closes (nothing is held between calls)."""
         self._client.close()
 
     def __enter__(self) -> LLMJudge:

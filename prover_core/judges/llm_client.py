@@ -9,6 +9,11 @@ not a chat completion (HTML, truncated JSON), an exhausted budget or an open cir
 request parameter is not supported (e.g. llama.cpp's 500 "tools param requires --jinja flag") is not
 transient: it raises :class:`~prover_core.errors.JudgeUnsupportedError` at once, with a hint. The API
 key is sent as a bearer token and is scrubbed from every error message.
+
+Each attempt has one deadline, ``timeout_s``, for the whole answer: connecting, sending and reading the
+full body (``asyncio.wait_for`` around the request; httpx's connect and read timeouts stay inside it). An
+attempt past it fails with :class:`AnswerTimeout` and is retried like any timeout, however slowly the
+server trickles its answer. The blocking :meth:`ChatClient.chat` runs the same async request.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception_type
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from prover_core._aio import run_sync
 from prover_core.errors import JudgeError, JudgeUnsupportedError
 from prover_core.judges.llm_cache import ResponseCache, request_key
 from prover_core.judges.llm_config import LLMJudgeConfig
@@ -141,6 +147,10 @@ class ChatResponse(BaseModel):
     usage: Usage | None = None
 
 
+class AnswerTimeout(httpx.TimeoutException):
+    """An attempt's whole answer (connecting, sending, the full body) did not arrive within ``timeout_s``."""
+
+
 class _Retryable(Exception):
     """A failed attempt worth another: a retryable status, a timeout or a connection error."""
 
@@ -175,13 +185,12 @@ class _LoopPool:
 
 
 class ChatClient:
-    """Sends chat-completion requests; one sync client and one async client per event loop, each pooled."""
+    """Sends chat-completion requests through one pooled async client per event loop."""
 
     def __init__(self, config: LLMJudgeConfig, stats: JudgeStats) -> None:
         self.config = config
         self.stats = stats
         self._key: SecretStr | None = config.api_key()
-        self._sync: httpx.Client | None = None
         self._ssl: ssl.SSLContext | None = None
         self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
         self.cache = ResponseCache(config.cache_dir) if config.cache_dir is not None else None
@@ -229,10 +238,7 @@ class ChatClient:
                 await pool.client.aclose()
 
     def close(self) -> None:
-        """Close the sync client (async clients close themselves when idle)."""
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
+        """Nothing to release: each loop's client closes itself when its last user leaves."""
 
     # -- errors ----------------------------------------------------------------------------------
 
@@ -338,30 +344,12 @@ class ChatClient:
             return _Retryable(f"connection error ({detail})")
         return JudgeError(f"request to chat server {self.config.endpoint} failed: {detail}")
 
-    def _request_limit_s(self) -> float:
-        """The most one attempt may take, connecting included: ``connect_timeout_s + timeout_s``."""
-        return self.config.connect_timeout_s + self.config.timeout_s
-
-    def _overdue(self) -> httpx.ReadTimeout:
-        return httpx.ReadTimeout(
-            f"the whole request took longer than connect_timeout_s + timeout_s = {self._request_limit_s():g} s"
-        )
-
-    def _post_within(self, client: httpx.Client, payload: dict[str, Any]) -> httpx.Response:
-        """POST ``payload`` (blocking), its body read as it arrives and given up past ``connect_timeout_s +
-        timeout_s``. The deadline is checked after each received chunk; a server that stalls outright is
-        stopped by the read timeout (``timeout_s``), so an attempt ends within ``connect_timeout_s + 2 * timeout_s``.
-        """
-        deadline = time.monotonic() + self._request_limit_s()
-        with client.stream("POST", self.config.endpoint, json=payload) as streamed:
-            raw: list[bytes] = []
-            for chunk in streamed.iter_raw():
-                raw.append(chunk)
-                if time.monotonic() > deadline:
-                    raise self._overdue()
-            return httpx.Response(
-                streamed.status_code, headers=streamed.headers, content=b"".join(raw), request=streamed.request
-            )
+    async def _post(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> httpx.Response:
+        """POST ``payload`` and read the whole answer within ``timeout_s``; :class:`AnswerTimeout` past it."""
+        try:
+            return await asyncio.wait_for(client.post(self.config.endpoint, json=payload), self.config.timeout_s)
+        except asyncio.TimeoutError:
+            raise AnswerTimeout("the whole answer took longer than timeout_s") from None
 
     def _lookup(self, key: str) -> ChatResponse | None:
         if self.cache is None:
@@ -410,12 +398,8 @@ class ChatClient:
             async with pool.limit:
                 self.stats.admit(retry=number > 1)
                 start = time.perf_counter()
-                try:  # the limit covers the whole request: a server trickling its answer cannot hold it longer
-                    response = await asyncio.wait_for(
-                        pool.client.post(self.config.endpoint, json=payload), self._request_limit_s()
-                    )
-                except asyncio.TimeoutError:
-                    raise self._transport(self._overdue()) from None
+                try:
+                    response = await self._post(pool.client, payload)
                 except httpx.HTTPError as exc:
                     raise self._transport(exc) from None
             return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
@@ -431,30 +415,6 @@ class ChatClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def chat(self, payload: dict[str, Any]) -> ChatResponse:
-        """POST ``payload`` (blocking), with retries; raises :class:`JudgeError`."""
-        key = request_key(payload)
-        cached = self._lookup(key)
-        if cached is not None:
-            return cached
-        if self._sync is None:
-            self._sync = httpx.Client(**self._client_args())
-        client = self._sync
-
-        def attempt(number: int) -> ChatResponse:
-            self.stats.admit(retry=number > 1)
-            start = time.perf_counter()
-            try:
-                response = self._post_within(client, payload)
-            except httpx.HTTPError as exc:
-                raise self._transport(exc) from None
-            return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
-
-        attempts = 0
-        try:
-            for trial in Retrying(**self._retry_kwargs()):
-                with trial:
-                    attempts = trial.retry_state.attempt_number
-                    return attempt(attempts)
-        except (_Retryable, JudgeError) as exc:
-            raise self._request_failed(exc, attempts) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        """POST ``payload`` (blocking), with retries; raises :class:`JudgeError`. It runs :meth:`achat` on an
+        event loop of its own (in a worker thread if this one runs a loop), so its connection closes after it."""
+        return run_sync(self.achat(payload))

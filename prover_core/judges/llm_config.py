@@ -105,11 +105,11 @@ class LLMJudgeConfig(BaseModel):
 
     # Transport.
     timeout_s: float = Field(default=120.0, gt=0.0)
-    """Read/write timeout of one request, and with ``connect_timeout_s`` the limit of the whole request: an
-    attempt never lasts longer than ``connect_timeout_s + timeout_s``, however slowly the server trickles its
-    answer (it is then retried as a timeout). The blocking ``propose_sync`` checks that limit between received
-    chunks, so a read stalled just before it ends at most ``timeout_s`` later."""
+    """Total deadline for one answer (one attempt's HTTP request and response): connecting, sending and reading
+    the whole body end within ``timeout_s``, however slowly the server trickles its answer; past it the attempt
+    is retried as a timeout. The read timeout (also ``timeout_s``) stays inside it."""
     connect_timeout_s: float = Field(default=10.0, gt=0.0)
+    """Limit on connecting, inside the ``timeout_s`` deadline."""
     max_concurrency: int = Field(default=16, ge=1)
     """Requests in flight at once (and the size of the connection pool)."""
     max_attempts: int = Field(default=4, ge=1)

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import library_warnings
 from tests.hosts import require_host
 
 require_host("trl")
 
 
-def test_trl_example_trains_with_prover_credit(tmp_path: Path) -> None:
+def test_trl_example_trains_with_prover_credit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = Path(__file__).parents[2] / "examples" / "trl_prover_grpo.py"
     spec = importlib.util.spec_from_file_location("trl_prover_grpo", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    logs = [log for log in module.main(steps=2, output_dir=str(tmp_path)) if "prover/groups" in log]
+    with caplog.at_level(logging.WARNING):
+        history = module.main(steps=2, output_dir=str(tmp_path))
+    assert not library_warnings(caplog.records)  # e.g. no "one group although they start from 4 tasks"
+    logs = [log for log in history if "prover/groups" in log]
     assert len(logs) == 2
     for log in logs:
         assert log["prover/groups_accepted"] == 1.0
@@ -24,7 +31,9 @@ def test_trl_example_trains_with_prover_credit(tmp_path: Path) -> None:
         assert log["prover/bonus_tokens"] >= 1.0
 
 
-def test_vllm_launch_example_builds_and_trains_against_a_loopback_server(tmp_path: Path) -> None:
+def test_vllm_launch_example_builds_and_trains_against_a_loopback_server(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """``examples/trl_prover_vllm.py``'s trainer, one process on CPU, against a loopback vLLM server."""
     require_host("requests")
     from examples.trl_toy import FixedJudge, tiny_causal_lm
@@ -38,7 +47,7 @@ def test_vllm_launch_example_builds_and_trains_against_a_loopback_server(tmp_pat
     spec.loader.exec_module(module)
     tokenizer = chatml_tokenizer()
     server = LoopbackVLLM(tiny_causal_lm(tokenizer, seed=1), eos_token_id=tokenizer.eos_token_id)
-    with server, trl_server_mode(server):
+    with server, trl_server_mode(server), caplog.at_level(logging.WARNING):
         trainer = module.build_trainer(
             tiny_causal_lm(tokenizer, seed=0),
             tokenizer,
@@ -57,3 +66,4 @@ def test_vllm_launch_example_builds_and_trains_against_a_loopback_server(tmp_pat
     assert log["prover/groups_accepted"] == 1.0 and log["prover/mean_delta_accepted"] == 1.0
     assert log["prover/continuation_share"] == 1.0  # 2K = 4 continuations over the batch's 4 episodes
     assert sum("seed" in r for r in server.requests) >= 2 * 2  # the continuations' seeded requests
+    assert not library_warnings(caplog.records)

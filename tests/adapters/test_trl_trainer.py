@@ -256,15 +256,11 @@ def _silent_door_render(tokenizer: Any) -> Any:
 
 
 def test_an_observation_rendered_to_zero_tokens_keeps_exact_spans_with_make_rollout_func(tmp_path: Path) -> None:
-    """``make_rollout_func`` returns the exact turn spans: turns 0 and 1 abut and are still two turns."""
+    """``make_rollout_func`` returns the exact turn spans: turns 0 and 1 abut and are still two turns. The
+    continuations render observations as the rollout did without being told again (no ``policy_options``)."""
     tokenizer = word_tokenizer()
     render = _silent_door_render(tokenizer)
-    prover = ProverSetup(
-        judge=FixedJudge(1, 1),
-        env=ReplayEnv(LuckyDoor),
-        config=ProverConfig(k=K),
-        policy_options={"render_observation": render},
-    )
+    prover = ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K))
     trainer = _train(tmp_path, ProverGRPOTrainer, prover=prover, render_observation=render)
     for result, inputs in zip(trainer.results, trainer.loss_inputs, strict=True):
         (record,) = result.report.groups
@@ -275,6 +271,36 @@ def test_an_observation_rendered_to_zero_tokens_keeps_exact_spans_with_make_roll
         (b,) = [i for i, r in enumerate(inputs["prover_row"].tolist()) if r == int(lucky.id.split(":")[1])]
         assert inputs["prover_bonus"][b, second[0] : second[1]].eq(1.0).all()
         assert inputs["prover_bonus"].sum() == second[1] - second[0]
+    assert trainer.prover_policy.render_observation is render  # taken from the rollout function
+
+
+def test_inclusive_turn_spans_from_a_rollout_func_make_a_recorded_skip(tmp_path: Path) -> None:
+    """Spans ending one token early (inclusive ends) leave each action's last token outside its turn: the
+    trainable mask shows it, so the group is skipped with the reason, not credited one token short."""
+    tokenizer = word_tokenizer()
+    full = make_rollout_func(LuckyDoor, max_turns=5)
+
+    def inclusive(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        out = full(prompts, trainer)
+        out["prover_turn_spans"] = [
+            [[a, b - 1 if b - a > 1 else b] for a, b in row] for row in out["prover_turn_spans"]
+        ]
+        return out
+
+    trainer = _recording(ProverGRPOTrainer)(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        reward_funcs=success_reward,
+        args=_args(tmp_path),
+        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+        processing_class=tokenizer,
+        rollout_func=inclusive,
+        prover=ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K)),
+    )
+    trainer.train()
+    (record,) = trainer.prover_last_report.groups
+    assert (record.status, record.stage) == ("skipped", "trigger")
+    assert "prover_turn_spans disagree with the trainable mask" in record.reason
+    assert "spans look inclusive (start, last)" in record.reason
 
 
 def test_rows_that_cannot_be_rebuilt_make_a_recorded_skip_not_a_crash(tmp_path: Path, stock: Any) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prover_core.config import ProverConfig
+from prover_core.judges import default_judge
 from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
 from prover_openrlhf.errors import SetupError
 from prover_openrlhf.records import RayRecordStore, RecordStore
@@ -32,7 +33,8 @@ class ProverSetup:
     writes to. ``enabled=False`` keeps stock OpenRLHF advantages (an ablation switch).
     """
 
-    judge: Judge
+    judge: Judge = field(default_factory=default_judge)
+    """The library's default (:func:`prover_core.default_judge`, a ``ChoiceJudge``) unless given."""
     env: RestorableEnv | None = None
     policy: Policy | None = None
     continue_from: ContinueFn | None = None

@@ -16,7 +16,7 @@ from prover_trl.chat import ChatRenderer
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine, trainer_sampling
 from prover_trl.errors import ProverTRLError
 from prover_trl.policy import TrainerPolicy
-from prover_trl.rollout import make_rollout_func, member_reset, success_reward
+from prover_trl.rollout import make_rollout_func, member_reset, rollout_policy_options, success_reward
 from prover_trl.spans import check_spans
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ __all__ = [
     "mask_runs",
     "member_reset",
     "owners",
+    "rollout_policy_options",
     "success_reward",
     "trainer_sampling",
 ]

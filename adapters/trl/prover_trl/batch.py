@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from prover_core import ProverConfig, Report, Trajectory, Turn
-from prover_core.credit import mask_runs
+from prover_core.credit import mask_runs, spans_off_mask
 from prover_core.engine.parity import merge_metrics
 from prover_core.trigger import is_eligible, representative, success_rate
 from prover_trl.errors import ProverTRLError
@@ -74,7 +74,11 @@ def build_trajectory(
     n = len(row.completion_ids)
     if len(row.trainable) != n:
         raise ProverTRLError(f"row {trajectory_id}: trainable mask has {len(row.trainable)} entries for {n} tokens")
-    spans = check_spans(row.extras[SPANS_KEY], n) if row.extras.get(SPANS_KEY) is not None else mask_runs(row.trainable)
+    explicit = row.extras.get(SPANS_KEY) is not None
+    spans = check_spans(row.extras[SPANS_KEY], n) if explicit else mask_runs(row.trainable)
+    problem = spans_off_mask(spans, row.trainable) if explicit else None
+    if problem is not None:
+        raise ProverTRLError(f"row {trajectory_id}: {SPANS_KEY} disagree with the trainable mask: {problem}")
     if not spans:
         raise ProverTRLError(f"row {trajectory_id}: the completion has no trainable tokens, hence no turns")
     records = row.extras.get(TURNS_KEY)

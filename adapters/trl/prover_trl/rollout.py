@@ -63,6 +63,8 @@ def make_rollout_func(
     :class:`~prover_trl.policy.TrainerPolicy`, which must use the same functions;
     ``render_prompt(prompt, first_observation)`` defaults to ``encode(prompt) + render_observation(obs)``
     for text prompts (give a :class:`~prover_trl.chat.ChatRenderer`'s ``prompt`` for chat prompts).
+    ``ProverGRPOTrainer`` takes ``render_observation``, ``parse_action`` and ``max_action_tokens`` from the
+    returned function (:func:`rollout_policy_options`), so they need not be given to ``ProverSetup`` again.
     """
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -136,7 +138,19 @@ def make_rollout_func(
             SUCCESS_KEY: success,
         }
 
+    given = {
+        "render_observation": render_observation,
+        "parse_action": parse_action,
+        "max_action_tokens": max_action_tokens,
+    }
+    rollout.policy_options = {k: v for k, v in given.items() if v is not None}  # type: ignore[attr-defined]
     return rollout
+
+
+def rollout_policy_options(rollout_func: Any) -> dict[str, Any]:
+    """What continuations must do as the rollout did (``render_observation``, ``parse_action``,
+    ``max_action_tokens``), as given to :func:`make_rollout_func`; ``{}`` for any other rollout function."""
+    return dict(getattr(rollout_func, "policy_options", {}))
 
 
 def success_reward(prompts: list[Any], completions: list[Any], prover_success: list[bool], **_: Any) -> list[float]:

@@ -37,7 +37,6 @@ from trl.trainer.grpo_trainer import GRPOTrainer
 from prover_core import (
     BonusResult,
     ContinueFn,
-    DivergenceJudge,
     GroupRecord,
     Judge,
     Policy,
@@ -46,6 +45,7 @@ from prover_core import (
     RestorableEnv,
     Trajectory,
     compute_bonus,
+    default_judge,
 )
 from prover_core.credit import mask_runs, spread_to_tokens
 from prover_core.engine import EnginePolicy, Generation, TokenEngine, TokenStore
@@ -63,6 +63,7 @@ from prover_trl.batch import (
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine, trainer_sampling
 from prover_trl.errors import ProverTRLError
 from prover_trl.policy import TrainerPolicy, _mix, seeded
+from prover_trl.rollout import rollout_policy_options
 
 VerifyOn = Literal["auto", "owner", "main"]
 logger = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ class ProverSetup:
     return ``None`` on the other processes); ``"auto"`` is ``"main"`` in vLLM server mode, else ``"owner"``.
     """
 
-    judge: Judge = field(default_factory=DivergenceJudge)
+    judge: Judge = field(default_factory=default_judge)
+    """The library's default (:func:`prover_core.default_judge`, a ``ChoiceJudge``) unless given."""
     env: RestorableEnv | None = None
     policy: Policy | Callable[[Any], Policy | None] | None = None
     continue_from: ContinueFn | None = None
@@ -110,8 +112,10 @@ class ProverSetup:
     verify_on: VerifyOn = "auto"
     policy_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the default policy: ``render_observation`` and ``parse_action`` (token ids ->
-    action; both must match the rollout's), ``max_action_tokens``; for :class:`~prover_trl.policy.TrainerPolicy`
-    also ``batched``; for the vLLM engines also ``max_concurrency`` and ``timeout_s``."""
+    action; both must match the rollout's: taken from the trainer's ``rollout_func`` when
+    :func:`~prover_trl.make_rollout_func` built it), ``max_action_tokens`` (likewise); for
+    :class:`~prover_trl.policy.TrainerPolicy` also ``batched``; for the vLLM engines also ``max_concurrency`` and
+    ``timeout_s``."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ class ProverGRPOTrainer(GRPOTrainer):
                 "parallelism): use vLLM server mode, or pass ProverSetup(policy=...) or continue_from=..."
             )
         if kind == "transformers":
-            return TrainerPolicy(self, **self.prover.policy_options)
+            return TrainerPolicy(self, **self._policy_options())
         if kind == "vllm_colocate":
             # colocated vLLM's context limit is GRPOConfig.vllm_max_model_length: clamp continuations to its room
             limit = getattr(self.args, "vllm_max_model_length", None)
@@ -190,13 +194,18 @@ class ProverGRPOTrainer(GRPOTrainer):
             raise ValueError("vLLM server mode: only the main process holds the client, so verify_on must be 'main'")
         if not self.accelerator.is_main_process:
             return None
-        workers = int(self.prover.policy_options.get("max_concurrency", DEFAULT_MAX_CONCURRENCY))
+        workers = int(self._policy_options().get("max_concurrency", DEFAULT_MAX_CONCURRENCY))
         return self._engine_policy(VLLMServerEngine(self.vllm_generation.vllm_client, max_workers=workers))
+
+    def _policy_options(self) -> dict[str, Any]:
+        """``ProverSetup.policy_options`` over what the ``rollout_func`` was built with (:func:`make_rollout_func`):
+        continuations render observations and parse actions as the rollout did, without being told twice."""
+        return {**rollout_policy_options(getattr(self, "rollout_func", None)), **self.prover.policy_options}
 
     def _engine_policy(self, engine: TokenEngine, max_model_len: int | None = None) -> EnginePolicy:
         """An EnginePolicy over ``engine``; ``max_model_len`` (unless the user's policy options set one)
         clamps each action to the room left in the engine's context (server mode: pass the server's)."""
-        options = dict(self.prover.policy_options)
+        options = self._policy_options()
         if max_model_len is not None:
             options.setdefault("max_model_len", max_model_len)
         tokenizer: Any = getattr(self.processing_class, "tokenizer", self.processing_class)

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from prover_core.bonus import BonusResult
-from prover_core.credit import mask_runs
+from prover_core.credit import mask_runs, spans_off_mask
 from prover_core.data import Trajectory
 from prover_verl.errors import RowAlignmentError, TurnAlignmentError
 from prover_verl.hook import RowTurns
@@ -107,6 +107,11 @@ def _row_spans(row: RowTurns, trajectory: Trajectory, mask_row: NDArray[Any], i:
                     f"row {i}: token span {spans[t]} of turn {t} of {trajectory.id!r} does not fit in "
                     f"{mask_row.shape[0]} response positions"
                 )
+        problem = spans_off_mask(spans, mask_row)
+        if problem is not None:
+            raise TurnAlignmentError(
+                f"row {i}: the token spans of {trajectory.id!r} disagree with response_mask: {problem}"
+            )
         return spans
     if whole and any(span is not None for span in explicit):
         raise TurnAlignmentError(

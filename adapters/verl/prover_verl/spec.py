@@ -14,6 +14,7 @@ from typing import Any
 
 from prover_core.config import ProverConfig
 from prover_core.engine import SamplingParams
+from prover_core.judges import default_judge
 from prover_core.protocols import Judge
 from prover_core.restore import Env
 from prover_verl.errors import SetupError
@@ -25,8 +26,8 @@ class ProverSpec(ABC):
     """One environment family: how to build and reset it, render observations, parse actions, judge.
 
     Subclasses implement :meth:`make_env` (a plain ``reset(spec) -> Step`` / ``step(action) -> Step``
-    environment, deterministic given its reset spec and actions: continuations restore it by replay),
-    :meth:`reset_spec` and :meth:`judge`; the rest has defaults.
+    environment, deterministic given its reset spec and actions: continuations restore it by replay) and
+    :meth:`reset_spec`; the rest has defaults (:meth:`judge`: :func:`prover_core.default_judge`).
     """
 
     max_turns: int = 8
@@ -43,9 +44,9 @@ class ProverSpec(ABC):
     def reset_spec(self, sample: Mapping[str, Any]) -> dict[str, Any]:
         """``Trajectory.reset`` for a dataset row (the agent loop's ``run`` keyword arguments)."""
 
-    @abstractmethod
     def judge(self) -> Judge:
-        """The judge that nominates segments (built once per trainer)."""
+        """The judge that nominates segments (built once per trainer): the library's default unless overridden."""
+        return default_judge()
 
     def prover_config(self) -> ProverConfig:
         return ProverConfig()
