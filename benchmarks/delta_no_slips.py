@@ -8,7 +8,7 @@ group has a decisive turn, and the default judge's nominated turn carries +0.03 
 against +0.02 to +0.04 for a random turn. Neither table was used by any earlier training run.
 
 Design, fixed before the first run (this docstring was committed with the script, before its output was read):
-the training benchmark of ``prover bench --only delta`` (:mod:`prover_core.bench.delta_training`, unchanged:
+the training benchmark of ``prover bench --only delta`` (:mod:`prover_bench.delta_training`, unchanged:
 every arm, 2 groups x 8 per step, 30 SGD steps on the logits, each arm at its best lr of {0.3, 1, 3} widened
 3x once at an edge, 8 paired seeds, the exact success averaged over the steps) on two tables it has never run:
 FrozenLake 4x4 and 8x8 with ``is_slippery=False`` (horizons 40 and 100), starting from epsilon-greedy 0.1 on
@@ -30,8 +30,8 @@ import argparse
 import dataclasses
 import time
 
-from prover_core.bench.delta_training import DeltaSettings, markdown, run_environment
-from prover_core.bench.judge_cases import TabularEnv, epsilon_greedy, gym_table, wins_if_positive
+from prover_bench.delta_training import DeltaSettings, markdown, run_environment
+from prover_bench.judge_cases import TabularEnv, epsilon_greedy, gym_table, wins_if_positive
 
 TABLES = (
     TabularEnv(

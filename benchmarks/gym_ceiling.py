@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from prover_core.bench.judge_cases import (
+from prover_bench.judge_cases import (
     NO_EFFECT,
     TableMDP,
     TabularEnv,
@@ -35,9 +35,9 @@ from prover_core.bench.judge_cases import (
     tabular_case,
     wins_if_positive,
 )
-from prover_core.bench.judge_eval import eligible_groups, matched_decision
-from prover_core.bench.oracle import BestTurn
-from prover_core.bench.tabular import Compiled, FloatArray
+from prover_bench.judge_eval import eligible_groups, matched_decision
+from prover_bench.oracle import BestTurn
+from prover_bench.tabular import Compiled, FloatArray
 from prover_core.config import ProverConfig
 from prover_core.data import Proposal
 from prover_core.judges.choice import ChoiceJudge

@@ -19,7 +19,7 @@ import argparse
 import collections
 from collections.abc import Hashable
 
-from prover_core.bench.judge_eval import eligible_groups, matched_decision, quick_cases
+from prover_bench.judge_eval import eligible_groups, matched_decision, quick_cases
 from prover_core.config import ProverConfig
 from prover_core.data import Proposal
 from prover_core.judges.choice import ChoiceJudge

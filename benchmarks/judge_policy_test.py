@@ -36,8 +36,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from prover_core.bench.judge_cases import NO_EFFECT
-from prover_core.bench.judge_eval import eligible_groups, matched_decision, quick_cases
+from prover_bench.judge_cases import NO_EFFECT
+from prover_bench.judge_eval import eligible_groups, matched_decision, quick_cases
 from prover_core.config import ProverConfig
 from prover_core.data import Proposal, Trajectory
 from prover_core.judges.choice import ChoiceEvidence, ChoiceJudge

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from prover_core.bench.llm.engine import Engine, episodes, run, threads
-from prover_core.bench.llm.tasks import Record, make_task
-from prover_core.bench.llm.train import HELD_OUT, Arm, behaviour_clone, train_run
+from prover_bench.llm.engine import Engine, episodes, run, threads
+from prover_bench.llm.tasks import Record, make_task
+from prover_bench.llm.train import HELD_OUT, Arm, behaviour_clone, train_run
 
 
 def action_mix(params: Any, seed: int, tasks: int = 64) -> str:

@@ -21,9 +21,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from prover_core.bench.llm import report
-from prover_core.bench.llm.run import DATA, NEGATIVE, Job, Runs, Settings, _run_job, bc_starts, train_jobs
-from prover_core.bench.llm.train import LLMRun, StepLog
+from prover_bench.llm import report
+from prover_bench.llm.run import DATA, NEGATIVE, Job, Runs, Settings, _run_job, bc_starts, train_jobs
+from prover_bench.llm.train import LLMRun, StepLog
 
 
 def load(path: Path) -> tuple[Settings, dict[int, float], Runs]:

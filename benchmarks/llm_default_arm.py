@@ -18,8 +18,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from prover_core.bench.llm import report
-from prover_core.bench.llm.run import ADAM, DEFAULT, QUICK, Job, Runs, bc_starts, threads, train_jobs
+from prover_bench.llm import report
+from prover_bench.llm.run import ADAM, DEFAULT, QUICK, Job, Runs, bc_starts, threads, train_jobs
 
 
 def main() -> None:

@@ -13,11 +13,11 @@ import argparse
 
 import numpy as np
 
-from prover_core.bench.llm.credit import grpo_turns
-from prover_core.bench.llm.engine import Engine, episodes, run, threads
-from prover_core.bench.llm.loss import policy_loss
-from prover_core.bench.llm.tasks import Record, make_task
-from prover_core.bench.llm.train import behaviour_clone, step_tasks, token_logp, token_rows, turn_advantages_to_tokens
+from prover_bench.llm.credit import grpo_turns
+from prover_bench.llm.engine import Engine, episodes, run, threads
+from prover_bench.llm.loss import policy_loss
+from prover_bench.llm.tasks import Record, make_task
+from prover_bench.llm.train import behaviour_clone, step_tasks, token_logp, token_rows, turn_advantages_to_tokens
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ import collections
 
 import numpy as np
 
-from prover_core.bench.llm import tasks as T
-from prover_core.bench.llm.credit import trajectory
+from prover_bench.llm import tasks as T
+from prover_bench.llm.credit import trajectory
 from prover_core.data import Proposal, SegmentRules
 from prover_core.judges import AnchorJudge, ChoiceJudge
 from prover_core.propose import propose

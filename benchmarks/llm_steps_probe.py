@@ -6,7 +6,7 @@ The LLM-shaped benchmark (``prover bench --only llm``) checks first whether more
 optimizer steps; at 10-20 steps they never did, under Adam or SGD. This probe asks the same question with more
 steps, at the largest lr of each optimizer at which no arm's held-out success collapsed in those runs (Adam
 3e-4, SGD 1.0): GRPO with G = 8 and G = 12 members per group, the same seeds, BC starts, tasks and evaluation
-episodes as the benchmark (``prover_core.bench.llm``). Prints held-out success at each evaluation step (mean
+episodes as the benchmark (``prover_bench.llm``). Prints held-out success at each evaluation step (mean
 and 95% CI over seeds) and the paired difference G = 12 minus G = 8. Design: docs/benchmarks.md, "Steps probe".
 """
 
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from prover_core.bench.llm.engine import threads
-from prover_core.bench.llm.report import format_ci, format_pm
-from prover_core.bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, train_run
-from prover_core.bench.neural_report import paired_difference
-from prover_core.bench.progress import mean_ci
-from prover_core.bench.tables import markdown_table
+from prover_bench.llm.engine import threads
+from prover_bench.llm.report import format_ci, format_pm
+from prover_bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, train_run
+from prover_bench.neural_report import paired_difference
+from prover_bench.progress import mean_ci
+from prover_bench.tables import markdown_table
 
 SETTINGS = (("adam", 3e-4), ("sgd", 1.0))
 GROUPS = (8, 12)

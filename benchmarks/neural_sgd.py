@@ -2,7 +2,7 @@
 
     python benchmarks/neural_sgd.py [--lr 0.1] [--seeds 6]
 
-The same tasks, rollouts and ProVer as ``prover bench --only neural`` (``prover_core/bench/neural.py``),
+The same tasks, rollouts and ProVer as ``prover bench --only neural`` (``benchmarks/prover_bench/neural.py``),
 but ``W += lr * g`` instead of Adam, and one lr for every method. Prints each judge's paired relative
 gain in held-out success over GRPO after 100 steps (95% CI over seeds).
 """
@@ -13,9 +13,9 @@ import argparse
 
 import numpy as np
 
-from prover_core.bench import family as F
-from prover_core.bench import neural as N
-from prover_core.bench.neural_report import paired_ratio
+from prover_bench import family as F
+from prover_bench import neural as N
+from prover_bench.neural_report import paired_ratio
 
 
 def run_sgd(method: N.Method, seed: int, lr: float, train: F.Family, test: F.Family, steps: int = 100) -> float:

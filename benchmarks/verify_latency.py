@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from prover_bench.judge_cases import TabularEnv
+from prover_bench.judge_eval import tabular_envs
+from prover_bench.tabular import as_tabular_policy, compile_mdp
 from prover_core import AnchorJudge, ChoiceJudge, Judge, ProverConfig, RandomJudge, SnapshotEnv, compute_bonus
 from prover_core.batching import Batcher
-from prover_core.bench.judge_cases import TabularEnv
-from prover_core.bench.judge_eval import tabular_envs
-from prover_core.bench.tabular import as_tabular_policy, compile_mdp
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.protocols import Policy, PolicyContext
 from prover_core.record import record_episode

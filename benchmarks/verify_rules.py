@@ -36,11 +36,12 @@ from prover_core import (
     compute_bonus,
 )
 from prover_core.acceptance import AcceptanceRule, acceptance_probability
+from prover_core.continuations import hook_continuer
 from prover_core.demo import MDPEnv, VaultMDP, exact_success_probability, vault_policy
 from prover_core.demo.run import rollout_batch, states_along
 from prover_core.protocols import Judge, Step
 from prover_core.sequential import operating_characteristics, pair_probabilities
-from prover_core.verify import curtailed_cost, hook_continuer, sequential_test, verify_segment_detailed
+from prover_core.verify import curtailed_cost, sequential_test, verify_segment_detailed
 
 RULES: dict[str, ProverConfig] = {
     "fixed K=8, Delta > 0 (paper)": ProverConfig(k=8, curtail=False),

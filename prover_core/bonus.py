@@ -46,6 +46,7 @@ from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
+from prover_core.continuations import Continuer, env_continuer, hook_continuer, usage_error
 from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Proposal, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
@@ -57,13 +58,7 @@ from prover_core.protocols import ContinueFn, Judge, Policy, PolicyFn, Restorabl
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.restore import SnapshotEnv
 from prover_core.trigger import longest_failure, representative, trigger
-from prover_core.verify import (
-    Continuer,
-    env_continuer,
-    hook_continuer,
-    usage_error,
-    verify_segment_detailed,
-)
+from prover_core.verify import verify_segment_detailed
 
 logger = logging.getLogger(__name__)
 

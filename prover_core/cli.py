@@ -52,8 +52,8 @@ def positive_float(text: str) -> float:
     return value
 
 
-# LLM-judge options of `prover demo` and `prover bench judges`: (flag, dest, LLMJudgeConfig field). Each needs
-# --judge-url.
+# LLM-judge options of `prover demo` and `prover bench judges` (prover_bench.cli): (flag, dest, LLMJudgeConfig
+# field). Each needs --judge-url.
 _JUDGE_OPTIONS = (
     ("--judge-model", "judge_model", "model"),
     ("--judge-api-key-env", "judge_api_key_env", "api_key_env"),
@@ -80,52 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--judge", choices=("choice", "anchor", "divergence", "random"), default="choice")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
-    _add_llm_options(demo)
-    bench = sub.add_parser("bench", help="benchmarks against exact ground truth: credit accuracy, training, overhead")
-    bench.add_argument("--quick", action="store_true", help="a smaller run (under 2 minutes on 2 cores)")
-    bench.add_argument("--out", default="bench-out", help="folder for bench.md, results.json and plots")
-    bench.add_argument(
-        "--only",
-        default="accuracy,training,overhead,neural",
-        help="comma-separated sections to run (llm: the LLM-shaped benchmark, on its own; needs torch; delta: "
-        "Delta of choices against states in training, on its own)",
+    add_llm_judge_options(demo)
+    sub.add_parser(
+        "bench",
+        help="the benchmarks (their own distribution: pip install -e ./benchmarks; prover bench --help there)",
+        add_help=False,
     )
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument(
-        "--size",
-        choices=("quick", "medium", "full", "sgd", "adam"),
-        help="--only llm: the size (default: full; quick with --quick; sgd: the plain-SGD factor; adam: its Adam "
-        "twin with every ProVer arm)",
-    )
-    bench.add_argument("--no-progress", action="store_true", help="no progress bars")
-    bench.add_argument("what", nargs="?", choices=("judges",), help="judges: the judge harness (judges x environments)")
-    bench.add_argument("--textworld", action=argparse.BooleanOptionalAction, help="judges: TextWorld games")
-    bench.add_argument(
-        "--groups", type=positive_int, help="judges: groups per tabular environment and batch; delta: groups per step"
-    )
-    bench.add_argument("--batches", type=positive_int, help="judges: batches per tabular environment")
-    bench.add_argument("--textworld-groups", type=positive_int, help="judges: groups per TextWorld game")
-    bench.add_argument(
-        "--held-out", action="store_true", help="judges: the held-out designs, games and seeds (seed + 7)"
-    )
-    bench.add_argument("-k", type=positive_int, help="judges: continuations per boundary (default 8)")
-    bench.add_argument(
-        "--delta-of",
-        choices=("states", "choices"),
-        default="states",
-        help="judges: verify the state reached (the paper) or the segment's choices replayed with fresh transitions",
-    )
-    bench.add_argument(
-        "--sampling",
-        choices=("fixed", "adaptive"),
-        default="fixed",
-        help="judges: K continuations per boundary (the paper) or adaptive sampling (at most 1.5 K, stops early)",
-    )
-    _add_llm_options(bench)
     return parser
 
 
-def _add_llm_options(command: argparse.ArgumentParser) -> None:
+def add_llm_judge_options(command: argparse.ArgumentParser) -> None:
+    """The ``--judge-*`` options of the LLM judge (``prover demo``, ``prover bench judges``)."""
     llm = command.add_argument_group("LLM judge (each option needs --judge-url)")
     llm.add_argument("--judge-url", help="use the LLM judge at this OpenAI-compatible base URL (e.g. .../v1)")
     llm.add_argument("--judge-model", help="the model name the LLM judge asks for (required with --judge-url)")
@@ -148,8 +113,8 @@ def _add_llm_options(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _llm_judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> LLMJudge | None:
-    """The LLM judge the demo's flags ask for, or ``None``; a bad combination is a usage error."""
+def llm_judge_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> LLMJudge | None:
+    """The LLM judge the ``--judge-*`` flags ask for, or ``None``; a bad combination is a usage error."""
     given = [flag for flag, dest, _ in _JUDGE_OPTIONS if getattr(args, dest) is not None]
     if not args.judge_url:
         if given:
@@ -166,14 +131,20 @@ def _llm_judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> LLM
         parser.error(f"cannot build the LLM judge: {exc}")
 
 
+BENCH_INSTALL = "pip install -e . -e ./benchmarks  (from a checkout: the prover-bench distribution)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return _bench(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
 
     if args.command == "demo":
         from prover_core.demo.run import render, render_skips, run_demo
 
-        llm = _llm_judge(parser, args)
+        llm = llm_judge_from_args(parser, args)
         run = run_demo(args.groups, args.group_size, args.k, args.seed, args.judge, custom_judge=llm)
         report = run.result.report
         if args.json:
@@ -186,29 +157,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if eligible and report.count("skipped") == eligible:
             print(f"prover demo: all {eligible} eligible groups were skipped (reasons above)", file=sys.stderr)
             return 1
-    elif args.command == "bench" and args.what == "judges":
-        from prover_core.bench.judge_eval import judges_command
-
-        judge = _llm_judge(parser, args)
-        return judges_command(
-            args.quick,
-            args.out,
-            args.seed,
-            args.textworld,
-            judge,
-            args.groups,
-            args.batches,
-            args.held_out,
-            args.textworld_groups,
-            args.delta_of,
-            args.k,
-            args.sampling,
-        )
-    elif args.command == "bench":
-        from prover_core.bench.cli import bench_command
-
-        return bench_command(args.quick, args.out, args.only, args.seed, not args.no_progress, args.size, args.groups)
     return 0
+
+
+def _bench(argv: list[str]) -> int:
+    """``prover bench ...``: the benchmarks' own command (:mod:`prover_bench.cli`), or what to install."""
+    try:
+        from prover_bench.cli import main as bench_main  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:
+        if exc.name not in ("prover_bench", "prover_bench.cli"):
+            raise
+        print(f"prover bench: the benchmarks are a distribution of their own: {BENCH_INSTALL}", file=sys.stderr)
+        return 2
+    code: int = bench_main(argv)
+    return code
 
 
 if __name__ == "__main__":

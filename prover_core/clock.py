@@ -7,7 +7,7 @@ moves the clock to ``start + turns``. That is how a policy that batches every pe
 at the end is verification's critical path in sequential policy calls (``prover/verify_policy_rounds``). A
 continuation that runs elsewhere (a ``continue_from`` hook, a Ray worker) moves the clock only when it ends.
 
-Setting ``Meter.stopped`` stops a continuation cooperatively: :func:`~prover_core.verify.run_continuation` checks
+Setting ``Meter.stopped`` stops a continuation cooperatively: :func:`~prover_core.continuations.run_continuation` checks
 it before each turn (in a worker thread too) and a :class:`~prover_core.batching.Batcher` leaves its queued call
 out, so the turns it did take are all counted.
 """
@@ -61,7 +61,8 @@ class Meter:
 
 METER: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("prover_core_meter", default=None)
 """The running continuation's meter: set by verification in the continuation's own task (and carried into
-the threads that :func:`~prover_core._aio.in_thread` starts), ticked by :func:`~prover_core.verify.run_continuation`."""
+the threads that :func:`~prover_core._aio.in_thread` starts), ticked by
+:func:`~prover_core.continuations.run_continuation`."""
 
 
 __all__ = ["METER", "Meter", "PolicyClock"]

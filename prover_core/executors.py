@@ -1,4 +1,4 @@
-"""Executors: where continuations run. Each is a :data:`~prover_core.verify.Continuer`
+"""Executors: where continuations run. Each is a :data:`~prover_core.continuations.Continuer`
 (``async (trajectory, turn, seed) -> Outcome``), handed to ``compute_bonus(..., executor=...)``.
 
 * :class:`LocalExecutor` (in process): runs ``env`` + ``policy`` (or a ``continue_from`` hook) on the
@@ -33,12 +33,12 @@ import asyncio
 import contextlib
 import pickle
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prover_core._aio import in_thread
+from prover_core.continuations import Continuer, env_continuer, hook_continuer
 from prover_core.data import Outcome, Trajectory
 from prover_core.errors import (
     ContinuationError,
@@ -53,10 +53,8 @@ from prover_core.errors import (
 )
 from prover_core.protocols import ContinueFn, Policy, RestorableEnv
 from prover_core.restore import LiveEpisode, SnapshotEnv, content_key
-from prover_core.verify import Continuer, env_continuer, hook_continuer
 
 RestorableEnvFactory = Callable[[], RestorableEnv]
-EnvFactory = RestorableEnvFactory  # the old name
 PolicyFactory = Callable[[], Policy]
 HookFactory = Callable[[], ContinueFn]
 
@@ -141,7 +139,7 @@ class LocalExecutor:
         return self._slots[loop]
 
     async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
-        """One continuation from ``s_turn``; ``replay`` as in :func:`~prover_core.verify.run_continuation`."""
+        """One continuation from ``s_turn``; ``replay`` as in :func:`~prover_core.continuations.run_continuation`."""
         if self._closed:
             raise UsageError("this LocalExecutor was shut down; make a new one")
         if not self.threads:
@@ -267,8 +265,7 @@ class RayExecutor:
     Give picklable factories: ``make_restorable_env`` (returns a
     :class:`~prover_core.protocols.RestorableEnv`, e.g. ``lambda: SnapshotEnv(make_env)``) and
     ``make_policy`` (each worker calls them once and keeps the results), or ``make_continue_from``.
-    (``make_env=`` is the deprecated name of ``make_restorable_env``; elsewhere ``make_env`` makes a
-    plain :class:`~prover_core.restore.Env`.) Ray must be initialised (``ray.init``) or it starts a
+    Ray must be initialised (``ray.init``) or it starts a
     local instance on first use. A worker that dies, or is killed after ``timeout_s``, is replaced;
     the continuation it was running fails with :class:`WorkerLostError` or
     :class:`ContinuationTimeoutError` and is counted, never retried silently. The wall-time limit
@@ -290,18 +287,7 @@ class RayExecutor:
         cached_trajectories: int = 256,
         startup_timeout_s: float = 120.0,
         snapshots: SnapshotEnv | None = None,
-        make_env: RestorableEnvFactory | None = None,
     ) -> None:
-        if make_env is not None:
-            warnings.warn(
-                "RayExecutor(make_env=...) is deprecated: the factory makes a RestorableEnv, "
-                "pass it as make_restorable_env (or first, positionally)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if make_restorable_env is not None:
-                raise ValueError("give make_restorable_env or its deprecated name make_env, not both")
-            make_restorable_env = make_env
         if snapshots is not None:
             if make_policy is None or make_continue_from is not None:
                 raise ValueError("snapshots need make_policy (and no make_continue_from)")
@@ -452,7 +438,8 @@ class RayExecutor:
         return slot, result
 
     async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
-        """One continuation from ``s_turn`` on a worker (``replay``: :func:`~prover_core.verify.run_continuation`)."""
+        """One continuation from ``s_turn`` on a worker (``replay``: see
+        :func:`~prover_core.continuations.run_continuation`)."""
         slot = await self._acquire()
         try:
             slot, (status, a, b) = await self._run(slot, trajectory, turn, seed, replay)

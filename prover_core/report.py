@@ -44,7 +44,7 @@ class VerifyStats(BaseModel):
     the second boundary; adaptive sampling's rounds)."""
     policy_rounds: int = 0
     """The round of sequential policy calls, counted from the start of the call's verification, at which this
-    verification's last continuation ended (:class:`~prover_core.verify.PolicyClock`)."""
+    verification's last continuation ended (:class:`~prover_core.clock.PolicyClock`)."""
     stop: str = "fixed"
     failures: dict[str, int] = Field(default_factory=dict)
     """Failed continuations by kind (see ``FAILURE_KINDS``)."""
@@ -122,12 +122,12 @@ class Report(BaseModel):
         ``continuations_saved_share`` = 1 - continuations / the budget fixed-K sampling would spend;
         ``continuations_cancelled``: launched, then stopped by curtailment (their turns are in ``policy_turns``).
         Latency: ``verify_policy_rounds``, the rounds of sequential policy calls verification put on the step's
-        critical path (:class:`~prover_core.verify.PolicyClock`), next to ``rollout_policy_rounds``, the rollout's
+        critical path (:class:`~prover_core.clock.PolicyClock`), next to ``rollout_policy_rounds``, the rollout's
         (its longest trajectory's turns).
         Failures are counted by kind (``continuations_failed/<kind>``). Group counts and
         ``mean_delta_accepted`` cover positive credit; ``negative/*`` covers negative credit.
         Everything about the judge is under ``judge/``: ``judge/propose_calls`` (how many groups it
-        was asked about, any judge; formerly ``judge_calls``) and whatever the judge
+        was asked about, any judge) and whatever the judge
         reports itself (``judge/<name>``, e.g. the LLM judge's ``judge/calls``, its HTTP requests).
         ``time/propose``, ``time/verify``, ``time/credit`` and ``time/total``: wall seconds by stage.
         The continuation policy's own figures follow unprefixed (``engine_logprob_gap_mean`` and the

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from prover_core.bench.batch import sample_batch
-from prover_core.bench.suite import BASE_WEIGHTS, SUITE, Corridor, by_name
-from prover_core.bench.tabular import (
+from prover_bench.batch import sample_batch
+from prover_bench.suite import BASE_WEIGHTS, SUITE, Corridor, by_name
+from prover_bench.tabular import (
     Sampler,
     action_probs,
     as_tabular_policy,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from prover_core.bench.llm import report
-from prover_core.bench.llm import tasks as T
-from prover_core.bench.llm.credit import (
+from prover_bench.llm import report
+from prover_bench.llm import tasks as T
+from prover_bench.llm.credit import (
     OracleJudge,
     SameLengthRandomJudge,
     continuation_turns,
@@ -25,7 +25,7 @@ from prover_core.bench.llm.credit import (
     matched_group_size,
     trajectory,
 )
-from prover_core.bench.methods import step_advantages
+from prover_bench.methods import step_advantages
 from prover_core.data import Decline, Proposal, Segment, SegmentRules
 from prover_core.judges import AnchorJudge
 
@@ -280,8 +280,8 @@ def test_the_report_counts_debits_and_continuations_trained_on() -> None:
 def test_every_module_imports_without_torch() -> None:
     code = (
         "import importlib, pkgutil, sys\n"
-        "import prover_core.bench.llm as pkg\n"
-        "for m in pkgutil.iter_modules(pkg.__path__, 'prover_core.bench.llm.'):\n"
+        "import prover_bench.llm as pkg\n"
+        "for m in pkgutil.iter_modules(pkg.__path__, 'prover_bench.llm.'):\n"
         "    importlib.import_module(m.name)\n"
         "import prover_core\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -295,7 +295,7 @@ def test_only_llm_without_torch_names_the_install(
 ) -> None:
     import importlib.util
 
-    from prover_core.bench.llm import TORCH_INSTALL
+    from prover_bench.llm import TORCH_INSTALL
     from prover_core.cli import main
 
     real = importlib.util.find_spec

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prover_core.bench import methods
-from prover_core.bench.accuracy import Tally
-from prover_core.bench.batch import Batch
-from prover_core.bench.progress import mean_ci
-from prover_core.bench.suite import BASE_WEIGHTS, GO, OPEN, TAKE, Corridor
-from prover_core.bench.tabular import Compiled, Episodes, Sampler, compile_mdp, logits_from_weights
-from prover_core.bench.training import policy_gradient
+from prover_bench import methods
+from prover_bench.accuracy import Tally
+from prover_bench.batch import Batch
+from prover_bench.progress import mean_ci
+from prover_bench.suite import BASE_WEIGHTS, GO, OPEN, TAKE, Corridor
+from prover_bench.tabular import Compiled, Episodes, Sampler, compile_mdp, logits_from_weights
+from prover_bench.training import policy_gradient
 from prover_core.config import ProverConfig
 from prover_core.judges import DivergenceJudge
 
@@ -128,7 +128,7 @@ def test_policy_gradient_matches_finite_differences(pair: Batch) -> None:
     theta = np.random.default_rng(0).normal(size=c.n_params)
 
     def surrogate(th: np.ndarray) -> float:
-        from prover_core.bench.tabular import action_probs
+        from prover_bench.tabular import action_probs
 
         p = action_probs(c, th)
         ep = pair.episodes

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from prover_core.bench import coupling
-from prover_core.bench import family as F
-from prover_core.bench import neural as N
-from prover_core.bench.neural_report import (
+from prover_bench import coupling
+from prover_bench import family as F
+from prover_bench import neural as N
+from prover_bench.neural_report import (
     PAIRING_CASES,
     best_lr,
     paired_difference,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from prover_core.bench.cli import bench_command
-from prover_core.bench.overhead import instant, linear_fit, synthetic_batch, time_batch
-from prover_core.bench.run import Settings, run_bench
-from prover_core.bench.suite import by_name
-from prover_core.bench.training import run_training, train
+from prover_bench.cli import bench_command
+from prover_bench.overhead import instant, linear_fit, synthetic_batch, time_batch
+from prover_bench.run import Settings, run_bench
+from prover_bench.suite import by_name
+from prover_bench.training import run_training, train
 from prover_core.cli import main
 from prover_core.data import Trajectory
 from prover_core.judges import RandomJudge

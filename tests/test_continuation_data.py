@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prover_core.bench import methods
-from prover_core.bench.batch import sample_batch
-from prover_core.bench.delta_training import _gradient, environments
-from prover_core.bench.tabular import Sampler, compile_mdp, value_table
-from prover_core.bench.training import policy_gradient, score_sum
+from prover_bench import methods
+from prover_bench.batch import sample_batch
+from prover_bench.delta_training import _gradient, environments
+from prover_bench.tabular import Sampler, compile_mdp, value_table
+from prover_bench.training import policy_gradient, score_sum
 from prover_core.config import ProverConfig
 from prover_core.judges import ChoiceJudge
 

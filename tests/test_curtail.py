@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from prover_core import Outcome, ProverConfig, Segment, SnapshotEnv, compute_bonus
+from prover_core.continuations import hook_continuer
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.judges import AnchorJudge, ChoiceJudge, RandomJudge
 from prover_core.progress import Progress, format_progress
-from prover_core.verify import accept, curtailed_cost, hook_continuer, hopeless, verify_segment_detailed
+from prover_core.verify import accept, curtailed_cost, hopeless, verify_segment_detailed
 from prover_core.view import credit_view, render_credit
 from tests.conftest import make_trajectory
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from prover_core.bench.delta_training import (
+from prover_bench.delta_training import (
     ARMS,
     QUICK_DELTA,
     Curve,
@@ -17,7 +17,7 @@ from prover_core.bench.delta_training import (
     run_delta,
     train_curve,
 )
-from prover_core.bench.tabular import compile_mdp, value_table
+from prover_bench.tabular import compile_mdp, value_table
 from prover_core.cli import main
 
 

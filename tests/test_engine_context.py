@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from prover_core import ProverConfig, ReplayEnv, Segment, Trajectory, Turn
+from prover_core.continuations import env_continuer
 from prover_core.engine import (
     EnginePolicy,
     Generation,
@@ -21,7 +22,7 @@ from prover_core.engine import (
     close_turn,
 )
 from prover_core.errors import ContextLengthError, EngineError, EngineHTTPError, TokenRecordError
-from prover_core.verify import continuation_seeds, env_continuer, verify_segment
+from prover_core.verify import continuation_seeds, verify_segment
 from tests.completions_server import CompletionsServer
 from tests.engine_support import (
     SYSTEM,

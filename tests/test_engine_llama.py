@@ -225,7 +225,8 @@ def test_continuations_sharing_a_prefix_are_pinned_to_one_slot_and_evaluate_only
 
 def test_engine_policy_sends_each_continuation_its_exact_context() -> None:
     from prover_core import ProverConfig, ReplayEnv, Segment
-    from prover_core.verify import env_continuer, verify_segment
+    from prover_core.continuations import env_continuer
+    from prover_core.verify import verify_segment
     from tests.engine_support import KeyEnv, key_group, parse, render, store_of
 
     rows = key_group("g", successes=1, size=2)

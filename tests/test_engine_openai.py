@@ -35,7 +35,7 @@ def make_engine(server: CompletionsServer, **kw: Any) -> OpenAICompletionsEngine
 
 def generate(engine: OpenAICompletionsEngine, ids: Any = (5, 9, 12), **params: Any) -> Generation:
     result = asyncio.run(engine.generate(ids, SamplingParams(**params)))
-    assert not engine._pools, "the connection pool must close when its last user leaves"
+    assert not engine._pools.open, "the connection pool must close when its last user leaves"
     return result
 
 

@@ -101,11 +101,8 @@ def test_executor_arguments_are_checked() -> None:
         )
 
 
-def test_ray_executor_make_env_is_the_deprecated_name_of_make_restorable_env() -> None:
-    """``make_env`` elsewhere makes a plain Env; the Ray executor's factory makes a RestorableEnv."""
+def test_ray_executor_needs_its_factories() -> None:
     from prover_core.executors import RayExecutor
 
-    with pytest.warns(DeprecationWarning, match="make_restorable_env"), pytest.raises(ValueError, match="not both"):
-        RayExecutor(make_restorable_env, vault_policy, make_env=make_restorable_env)
     with pytest.raises(ValueError, match="make_restorable_env and make_policy"):
         RayExecutor(make_policy=vault_policy)

@@ -41,8 +41,8 @@ from prover_core.engine import EnginePolicy, Generation, OpenAICompletionsEngine
 from prover_core.errors import ContinuationTimeoutError, EngineError, JudgeError, ProtocolError
 from prover_core.executors import LocalExecutor
 from prover_core.judges.llm import LLMJudge
-from prover_core.judges.llm_answer import parse_answer
-from prover_core.judges.llm_config import LLMJudgeConfig
+from prover_core.judges.llm.answer import parse_answer
+from prover_core.judges.llm.config import LLMJudgeConfig
 from prover_core.protocols import PolicyContext, Step
 from prover_core.restore import observations_equal
 from tests import engine_support as es

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from prover_core.bench import family as F
+from prover_bench import family as F
 from prover_core.data import Trajectory, Turn
 from prover_core.free_samples import free_samples, matching_members, pooled_rate, reached, start_bias
 

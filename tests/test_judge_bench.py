@@ -9,9 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from prover_core import Proposal, ProverConfig, Segment, SegmentRules, Trajectory
-from prover_core.bench.batch import sample_batch
-from prover_core.bench.judge_cases import (
+from prover_bench.batch import sample_batch
+from prover_bench.judge_cases import (
     CORRIDORS,
     HELD_OUT,
     LUCK,
@@ -26,7 +25,7 @@ from prover_core.bench.judge_cases import (
     gym_table,
     tabular_case,
 )
-from prover_core.bench.judge_eval import (
+from prover_bench.judge_eval import (
     JudgeBenchSettings,
     SameLengthRandom,
     chance,
@@ -36,10 +35,11 @@ from prover_core.bench.judge_eval import (
     matched_decision,
     run_judge_bench,
 )
-from prover_core.bench.luck import PitCorridor
-from prover_core.bench.oracle import ORACLE
-from prover_core.bench.suite import ITEMS
-from prover_core.bench.tabular import Sampler, compile_mdp, value_table
+from prover_bench.luck import PitCorridor
+from prover_bench.oracle import ORACLE
+from prover_bench.suite import ITEMS
+from prover_bench.tabular import Sampler, compile_mdp, value_table
+from prover_core import Proposal, ProverConfig, Segment, SegmentRules, Trajectory
 from prover_core.cli import main
 from prover_core.data import Outcome
 from tests.conftest import make_trajectory

@@ -492,7 +492,7 @@ def test_async_connections_are_released_when_idle_and_loops_do_not_share_them() 
     with ChatServer([answer(1, 1)]) as server:
         judge = judge_for(server)
         run(judge)
-        assert judge._client._pools == {}  # closed after the last concurrent propose of the loop
+        assert not judge._client._pools.open  # closed after the last concurrent propose of the loop
 
         async def two() -> list[Proposal | Decline]:
             group = make_group()
@@ -503,7 +503,7 @@ def test_async_connections_are_released_when_idle_and_loops_do_not_share_them() 
 
         with ThreadPoolExecutor(2) as pool:
             results = list(pool.map(lambda _: asyncio.run(two()), range(2)))
-        assert all(isinstance(p, Proposal) for r in results for p in r) and judge._client._pools == {}
+        assert all(isinstance(p, Proposal) for r in results for p in r) and not judge._client._pools.open
     assert len(server.requests) == 5
 
 

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
 from prover_core import Decline, Proposal, SegmentRules, Trajectory, Turn
-from prover_core.judges.llm_answer import JudgeAnswer, check_answer, parse_answer
-from prover_core.judges.llm_cache import ResponseCache, request_key
-from prover_core.judges.llm_client import parse_retry_after
-from prover_core.judges.llm_config import LLMJudgeConfig
-from prover_core.judges.llm_prompt import (
+from prover_core.connections import parse_retry_after
+from prover_core.judges.llm.answer import JudgeAnswer, check_answer, parse_answer
+from prover_core.judges.llm.cache import ResponseCache, request_key
+from prover_core.judges.llm.config import LLMJudgeConfig
+from prover_core.judges.llm.prompt import (
     as_text,
     clip,
     default_action_error,
@@ -25,7 +25,7 @@ from prover_core.judges.llm_prompt import (
     system_prompt,
     user_prompt,
 )
-from prover_core.judges.llm_tools import Toolbox, ToolError
+from prover_core.judges.llm.tools import Toolbox, ToolError
 
 RULES = SegmentRules(max_turns=2)
 
@@ -337,7 +337,7 @@ def test_truncation_partitions_the_turns_in_order(lengths: list[int], budget: in
 
 
 def test_response_model_accepts_dict_tool_arguments_and_rejects_empty_choices() -> None:
-    from prover_core.judges.llm_client import ChatResponse
+    from prover_core.judges.llm.client import ChatResponse
 
     body = {"choices": [{"message": {"tool_calls": [{"function": {"name": "get_segment", "arguments": {"a": 1}}}]}}]}
     parsed = ChatResponse.model_validate(body)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from prover_core import JudgeError, Proposal, Trajectory, Turn, compute_bonus
 from prover_core.errors import JudgeUnsupportedError
-from prover_core.judges.llm_config import RESERVED_BODY_KEYS, LLMJudgeConfig
+from prover_core.judges.llm.config import RESERVED_BODY_KEYS, LLMJudgeConfig
 from tests.chat_server import ChatServer, Reply, answer, completion
 from tests.test_llm_judge import RULES, judge_for, make_group, run, user_messages
 

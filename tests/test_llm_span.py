@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from prover_core import Decline, Proposal, SegmentRules, Trajectory, Turn
 from prover_core.judges.choice import ChoiceJudge
 from prover_core.judges.llm import LLMJudge
-from prover_core.judges.llm_answer import check_answer, parse_answer
-from prover_core.judges.llm_config import LLMJudgeConfig
-from prover_core.judges.llm_prompt import default_action_error, evidence_summary, system_prompt, user_prompt
-from prover_core.judges.llm_span import span_end, span_schema, span_to_segment_text
+from prover_core.judges.llm.answer import check_answer, parse_answer
+from prover_core.judges.llm.config import LLMJudgeConfig
+from prover_core.judges.llm.prompt import default_action_error, evidence_summary, system_prompt, user_prompt
+from prover_core.judges.llm.span import span_end, span_schema, span_to_segment_text
 from prover_core.propose import takes_others
 from tests.chat_server import ChatServer, completion
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from prover_bench.judge_eval import JudgeBenchSettings, run_judge_bench
+from prover_bench.oracle import ORACLE, BestTurn, nothing_to_find
 from prover_core import Proposal, SegmentRules
-from prover_core.bench.judge_eval import JudgeBenchSettings, run_judge_bench
-from prover_core.bench.oracle import ORACLE, BestTurn, nothing_to_find
 from tests.conftest import make_trajectory
 
 

@@ -30,10 +30,11 @@ from prover_core import (
 )
 from prover_core.batching import Batcher
 from prover_core.clock import Meter, PolicyClock
+from prover_core.continuations import env_continuer, hook_continuer, metered
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.protocols import PolicyContext
-from prover_core.verify import env_continuer, hook_continuer, metered, settled, verify_segment_detailed
+from prover_core.verify import settled, verify_segment_detailed
 from tests.conftest import make_trajectory
 
 T = 6  # corridor length

@@ -51,6 +51,29 @@ def test_the_wheel_ships_py_typed_the_license_and_one_version(wheel: Path) -> No
     assert (ROOT / "LICENSE").read_text() == license_text
 
 
+def test_the_wheel_ships_no_benchmark_code(wheel: Path) -> None:
+    """The benchmarks are their own distribution (benchmarks/, ``prover-bench``): the library's wheel holds the
+    library and the demo, nothing of them, and no dependency of theirs."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        metadata = zf.read(f"prover_core-{prover_core.__version__}.dist-info/METADATA").decode()
+    assert names and all(n.startswith(("prover_core/", "prover_core-")) for n in names)
+    assert not [n for n in names if "bench" in n]
+    assert "prover_core/demo/run.py" in names  # the README's first command stays in the library
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert requires and not [r for r in requires if "matplotlib" in r or "tqdm" in r]
+
+
+def test_prover_bench_without_the_benchmarks_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prover_core.cli import main
+
+    monkeypatch.setitem(sys.modules, "prover_bench.cli", None)  # as if prover-bench were not installed
+    assert main(["bench", "--quick"]) == 2
+    assert "pip install -e . -e ./benchmarks" in capsys.readouterr().err
+
+
 USER_FILE = """\
 from prover_core import ProverConfig, Trajectory, Turn, compute_bonus
 

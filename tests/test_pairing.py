@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from prover_core import ProverConfig, Segment, SnapshotEnv, Trajectory
+from prover_core.continuations import env_continuer
 from prover_core.demo import MDPEnv, VaultMDP, exact_success_probability, vault_policy
 from prover_core.demo.run import rollout_batch, states_along
-from prover_core.verify import continuation_seeds, env_continuer, verify_segment
+from prover_core.verify import continuation_seeds, verify_segment
 from tests.verify_support import bernoulli, run_many
 
 MDP = VaultMDP()

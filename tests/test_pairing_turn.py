@@ -11,13 +11,13 @@ import pytest
 
 from prover_core import ProverConfig, ReplayEnv, SnapshotEnv, Trajectory
 from prover_core.bonus import compute_bonus
+from prover_core.continuations import env_continuer
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.errors import RestoreError
 from prover_core.judges import DivergenceJudge
 from prover_core.pairing import ENV_STREAM, TurnKeyedEnv, TurnKeyedPolicy, paired, turn_rng, turn_seed
 from prover_core.protocols import PolicyContext, Step
-from prover_core.verify import env_continuer
 
 MDP = VaultMDP()
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from prover_core import DivergenceJudge, ProverConfig, compute_bonus
+from prover_core.continuations import hook_continuer
 from prover_core.demo import vault_policy
 from prover_core.sequential import (
     SequentialState,
@@ -16,7 +17,7 @@ from prover_core.sequential import (
     operating_characteristics,
     pair_probabilities,
 )
-from prover_core.verify import hook_continuer, sequential_test
+from prover_core.verify import sequential_test
 from tests.verify_support import BATCH, SEG, bernoulli, make_restorable_env, run_many
 
 ADAPTIVE = ProverConfig(k=8, sampling="adaptive")  # the K its figures (docs/verification.md) were measured at

@@ -25,11 +25,12 @@ from prover_core import (
     Turn,
     compute_bonus,
 )
+from prover_core.continuations import env_continuer, hook_continuer, run_continuation
 from prover_core.data import Outcome
 from prover_core.errors import ProtocolError
 from prover_core.pairing import paired
 from prover_core.protocols import PolicyContext, Step, as_policy
-from prover_core.verify import env_continuer, hook_continuer, run_continuation, verify_segment_detailed
+from prover_core.verify import verify_segment_detailed
 from tests.conftest import make_trajectory
 
 GO = {"good": 0.9, "bad": 0.1}

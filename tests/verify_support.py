@@ -9,10 +9,11 @@ import numpy as np
 
 from prover_core import DivergenceJudge, ProverConfig, Segment, SnapshotEnv, Verification, compute_bonus
 from prover_core.bonus import BonusResult
+from prover_core.continuations import Continuer, hook_continuer
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.report import VerifyStats
-from prover_core.verify import Continuer, hook_continuer, verify_segment_detailed
+from prover_core.verify import verify_segment_detailed
 from tests.conftest import make_trajectory
 
 TRAJ = make_trajectory("a", "g", True, list("abcdef"))

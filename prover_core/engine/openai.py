@@ -36,7 +36,6 @@ import asyncio
 import os
 import random
 import re
-import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -47,9 +46,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from prover_core._finite import finite_arguments
+from prover_core.connections import LoopPool, LoopPools, parse_retry_after
 from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError, EngineTimeoutError
-from prover_core.judges.llm_client import parse_retry_after
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _RESERVED = frozenset(
@@ -140,38 +139,13 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-CLIENT_CONNECTIONS = 8
-"""Connections per ``httpx.AsyncClient``: httpcore's pool spends time quadratic in its connections on every
-request (encode/httpx#3215), so ``max_concurrency`` requests are spread over several smaller clients."""
-
-
-@dataclass
-class _Pool:
-    """One event loop's clients, the concurrency limit, and each client's requests in flight."""
-
-    clients: list[httpx.AsyncClient]
-    limit: asyncio.Semaphore
-    busy: list[int]
-    users: int = 0
-
-    @asynccontextmanager
-    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
-        """A slot under the limit, on the least busy client (which then always has a free connection)."""
-        async with self.limit:
-            i = min(range(len(self.clients)), key=self.busy.__getitem__)
-            self.busy[i] += 1
-            try:
-                yield self.clients[i]
-            finally:
-                self.busy[i] -= 1
-
-
 class OpenAICompletionsEngine:
     """Continues token contexts on an OpenAI-compatible completions server (see the module docstring).
 
     ``base_url`` ends in ``/v1`` (``http://host:8000/v1``); ``model`` is the served model name. At most
-    ``max_concurrency`` requests are in flight per event loop, each on a connection of its own (pools of
-    ``CLIENT_CONNECTIONS``), so a batching server sees them together; ``timeout_s`` bounds each attempt.
+    ``max_concurrency`` requests are in flight per event loop, each on a connection of its own (clients of
+    :data:`~prover_core.connections.CLIENT_CONNECTIONS`), so a batching server sees them together; ``timeout_s``
+    bounds each attempt.
     """
 
     @finite_arguments  # NaN or infinite timeouts and backoffs are refused (pydantic ValidationError)
@@ -213,8 +187,14 @@ class OpenAICompletionsEngine:
         self.logprobs = logprobs
         self.headers = dict(headers or {})
         self.stats = EngineCallStats()
-        self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._pools = LoopPools(
+            self.endpoint,
+            max_concurrency=max_concurrency,
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            api_key=self._key,
+            headers=self.headers,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -230,46 +210,8 @@ class OpenAICompletionsEngine:
         Wrap a whole verification (``async with engine.session(): await acompute_bonus(...)``) to keep
         connections alive between the turns of sparse continuations.
         """
-        loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            pool = self._pools[loop] = self._new_pool()
-        pool.users += 1
-        try:
+        async with self._pools.session():
             yield
-        finally:
-            pool.users -= 1
-            if pool.users == 0:
-                del self._pools[loop]
-                await asyncio.gather(*(client.aclose() for client in pool.clients))
-
-    def _new_pool(self) -> _Pool:
-        headers = {"Content-Type": "application/json", **self.headers}
-        if self._key is not None:
-            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
-        shards = -(-self.max_concurrency // CLIENT_CONNECTIONS)
-        size = -(-self.max_concurrency // shards)
-        clients = [
-            httpx.AsyncClient(
-                headers=headers,
-                verify=self._ssl_context(),
-                timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
-                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
-            )
-            for _ in range(shards)
-        ]
-        return _Pool(clients, asyncio.Semaphore(self.max_concurrency), [0] * shards)
-
-    def _ssl_context(self) -> ssl.SSLContext | bool:
-        """No TLS for plain http; for https one context per engine (loading CA certificates takes 50+ ms)."""
-        if not self.endpoint.startswith("https://"):
-            return False
-        make = getattr(httpx, "create_ssl_context", None)  # httpx >= 0.28; older ones build it per client
-        if make is None:
-            return True
-        if self._ssl is None:
-            self._ssl = make()
-        return self._ssl
 
     # -- the request --------------------------------------------------------------------------------
 
@@ -301,8 +243,7 @@ class OpenAICompletionsEngine:
         if len(prompt_ids) == 0:
             raise EngineError("empty prompt: there is no context to continue")
         body = self.payload(prompt_ids, params)
-        async with self.session():
-            pool = self._pools[asyncio.get_running_loop()]
+        async with self._pools.session() as pool:
             attempts = 0
             try:
                 async for trial in AsyncRetrying(
@@ -326,7 +267,7 @@ class OpenAICompletionsEngine:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, pool: _Pool, body: dict[str, Any]) -> Generation:
+    async def _attempt(self, pool: LoopPool, body: dict[str, Any]) -> Generation:
         async with pool.client() as client:
             self.stats.requests += 1
             try:

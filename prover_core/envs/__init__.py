@@ -11,38 +11,22 @@ a :class:`~prover_core.data.Trajectory` whose ``reset`` spec re-creates it, play
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from prover_core.data import Trajectory
 from prover_core.errors import RolloutLimitError
-from prover_core.protocols import Policy, PolicyContext, Step
+from prover_core.protocols import Policy
 from prover_core.record import record_episode
 from prover_core.restore import Env
-
-Chooser = Callable[[Step, np.random.Generator], Any]
-"""Deprecated: ``choose(step, rng) -> action``, the old second policy shape; pass a
-:class:`~prover_core.protocols.Policy` to :func:`rollout` instead (``act(context)`` reads
-``context.observation``, ``context.info`` and ``context.rng``)."""
-
-
-class _Choosing:
-    """A :class:`~prover_core.protocols.Policy` over a deprecated chooser."""
-
-    def __init__(self, choose: Chooser) -> None:
-        self.choose = choose
-
-    def act(self, context: PolicyContext) -> Any:
-        return self.choose(Step(context.observation, info=context.info), context.rng)
 
 
 def rollout(
     env: Env,
     spec: Mapping[str, Any],
-    policy: Policy | Chooser,
+    policy: Policy,
     *,
     trajectory_id: str,
     group_id: str,
@@ -57,16 +41,7 @@ def rollout(
     records the observation seen before acting and the action taken, and in its ``info`` the entries
     of the step's info named in ``keep_info`` (say, the score before acting). Raises
     :class:`RolloutLimitError` when the episode is still running after ``max_turns`` turns.
-    A plain ``choose(step, rng)`` function is still accepted, with a :class:`DeprecationWarning`.
     """
-    if not isinstance(policy, Policy):
-        warnings.warn(
-            "rollout(env, spec, choose) with a choose(step, rng) function is deprecated: pass a Policy "
-            "(an object with act(context); context.info and context.rng hold what choose received)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        policy = _Choosing(policy)
     return record_episode(
         env,
         policy,
@@ -80,4 +55,4 @@ def rollout(
     )
 
 
-__all__ = ["Chooser", "RolloutLimitError", "rollout"]
+__all__ = ["RolloutLimitError", "rollout"]

@@ -370,15 +370,6 @@ class WalkthroughFollower:
     def act(self, context: PolicyContext) -> str:
         return self.choose(context.info, context.rng)
 
-    def __call__(self, step: Step, rng: np.random.Generator) -> str:
-        """Deprecated: the old chooser form; :func:`~prover_core.envs.rollout` takes the follower itself."""
-        warnings.warn(
-            "calling a WalkthroughFollower as choose(step, rng) is deprecated: pass it to rollout as a Policy",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.choose(step.info, rng)
-
 
 __all__ = [
     "CookingGame",

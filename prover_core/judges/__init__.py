@@ -18,7 +18,7 @@ from prover_core.judges.random_segment import RandomJudge
 
 if TYPE_CHECKING:
     from prover_core.judges.llm import LLMJudge
-    from prover_core.judges.llm_config import LLMJudgeConfig
+    from prover_core.judges.llm.config import LLMJudgeConfig
 
 __all__ = [
     "AnchorJudge",
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
 
         return LLMJudge
     if name == "LLMJudgeConfig":
-        from prover_core.judges.llm_config import LLMJudgeConfig
+        from prover_core.judges.llm.config import LLMJudgeConfig
 
         return LLMJudgeConfig
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -384,6 +384,7 @@ def _fake_trainer(use_vllm: bool, mode: str, processes: int, main: bool, tp: int
         max_completion_length=12,
     )
     fake._engine_policy = lambda engine, **kw: ProverGRPOTrainer._engine_policy(fake, engine, **kw)
+    fake._policy_options = lambda: ProverGRPOTrainer._policy_options(fake)
     return fake
 
 

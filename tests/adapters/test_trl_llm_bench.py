@@ -12,11 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from prover_core.bench.llm import engine as E  # noqa: E402
-from prover_core.bench.llm import model as M  # noqa: E402
-from prover_core.bench.llm import tasks as T  # noqa: E402
-from prover_core.bench.llm import train as TR  # noqa: E402
-from prover_core.bench.llm.loss import aggregate, clipped_token_loss, policy_loss  # noqa: E402
+from prover_bench.llm import engine as E  # noqa: E402
+from prover_bench.llm import model as M  # noqa: E402
+from prover_bench.llm import tasks as T  # noqa: E402
+from prover_bench.llm import train as TR  # noqa: E402
+from prover_bench.llm.loss import aggregate, clipped_token_loss, policy_loss  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -161,7 +161,7 @@ def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params, a
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from prover_core.bench.llm.run import SGD, Job, _run_job, arms
+    from prover_bench.llm.run import SGD, Job, _run_job, arms
 
     assert {a.optimizer for a in arms(SGD)} == {"sgd"}
     assert {a.name: a.sampling for a in arms(SGD)}["ProVer, anchor judge, adaptive"] == "adaptive"

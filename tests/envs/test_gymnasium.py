@@ -242,14 +242,11 @@ def test_compute_bonus_verifies_identically_with_replay_and_snapshot() -> None:
     assert not by_replay.report.skips
 
 
-def test_a_choose_function_is_deprecated_and_records_what_its_policy_records() -> None:
-    """The old ``choose(step, rng)`` shape still works, warns, and draws the same numbers as the Policy."""
+def test_a_policy_draws_from_the_documented_stream() -> None:
+    """``context.rng`` is ``default_rng(seed)``: replaying the same draws gives the recorded actions."""
     spec = SPECS["frozenlake-slippery"]
-    with pytest.warns(DeprecationWarning, match="pass a Policy"):
-        old = rollout(GymEnv(), spec, uniform, trajectory_id="t", group_id="g", seed=5)
     new = rollout(GymEnv(), spec, Uniform(), trajectory_id="t", group_id="g", seed=5)
-    assert old == new
-    rng = np.random.default_rng(5)  # the documented stream: context.rng is default_rng(seed)
+    rng = np.random.default_rng(5)
     env = GymEnv()
     step = env.reset(spec)
     for turn in new.turns:

@@ -12,7 +12,7 @@ import pytest
 from prover_core import Trajectory
 from prover_core.envs import rollout
 from prover_core.envs.gymnasium import GymEnv, gym_spec, replay_env, snapshot_env, to_plain
-from prover_core.protocols import Step
+from prover_core.protocols import PolicyContext
 from prover_core.restore import ReplayEnv, SnapshotEnv
 from tests.hosts import require_host
 
@@ -33,9 +33,12 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[Any], Any]]] = {
 }
 
 
-def uniform(step: Step, rng: np.random.Generator) -> int:
-    actions = step.info["actions"]
-    return int(actions[int(rng.integers(len(actions)))])
+class Uniform:
+    """A uniformly random admissible action."""
+
+    def act(self, context: PolicyContext) -> int:
+        actions = context.info["actions"]
+        return int(actions[int(context.rng.integers(len(actions)))])
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -43,7 +46,7 @@ def test_a_trajectory_through_json_still_replays(name: str) -> None:
     spec, observe = CASES[name]
     recorded = max(
         (
-            rollout(GymEnv(observe=observe), spec, uniform, trajectory_id=f"t{s}", group_id="g", seed=s)
+            rollout(GymEnv(observe=observe), spec, Uniform(), trajectory_id=f"t{s}", group_id="g", seed=s)
             for s in range(8)
         ),
         key=lambda t: t.num_turns,

@@ -364,20 +364,38 @@ class ProverGRPOTrainer(GRPOTrainer):
         return None
 
     def _prover_bonus(self, output: dict[str, Any], resets: list[dict[str, Any]]) -> torch.Tensor:
-        """The ``(B, T)`` bonus of this process's rows, zero outside trainable tokens."""
-        setup = self.prover
+        """The ``(B, T)`` bonus of this process's rows, zero outside trainable tokens (the module docstring's steps).
+
+        Every process makes the same collective calls in the same order (two gathers of objects, one of a
+        tensor), whatever fails where: a failure travels with the gather and is raised on every process.
+        """
         loss_mask = self._loss_mask(output)
         local, length = loss_mask.shape
-        rows = self._prover_rows(resets)
         tag = f"{self.state.global_step}.{self._prover_calls}"
         self._prover_calls += 1
+        mine, everyone, problems = self._rebuild_rows(resets, tag, local)  # steps 1 and 2
+        batch = self._groups_to_verify(everyone, problems, local)
+        self._record_tokens([b for b in everyone if b.group_id not in problems])
+        result, failure = self._verify(batch, tag)  # step 3
+        report = Report() if result is None else result.report
+        credit = {} if result is None else {k: v for k, v in result.turn_bonus.items() if np.any(v)}
+        gathered = self._gather_or_raise([(report, credit, self._take_continuation_tokens())], failure)
+        accepted = {tid: bonus for _, part, _ in gathered for tid, bonus in part.items()}  # step 4
+        bonus = self._bonus_tensor(mine, accepted, length).to(loss_mask.device) * loss_mask.float()
+        self._log_step(result, gathered, everyone, problems, bonus)
+        self._prover_generated = self._prover_rewards = None  # drop this step's references
+        return bonus
+
+    def _rebuild_rows(
+        self, resets: list[dict[str, Any]], tag: str, local: int
+    ) -> tuple[list[_Built], list[_Built], dict[str, str]]:
+        """This process's rows as trajectories, every process's (gathered), and the groups that cannot be rebuilt
+        exactly, with the first reason (each becomes a recorded skip)."""
         size: int = self.num_generations  # type: ignore[assignment]  # always set in train mode
         group_layout(local * self.accelerator.num_processes, size)
-        here = self.accelerator.process_index
-
         failure: Exception | None = None
         try:
-            mine = self._build_rows(rows, tag, here * local, size)
+            mine = self._build_rows(self._prover_rows(resets), tag, self.accelerator.process_index * local, size)
         except Exception as exc:
             mine, failure = [], exc
         everyone: list[_Built] = self._gather_or_raise(mine, failure)
@@ -385,47 +403,63 @@ class ProverGRPOTrainer(GRPOTrainer):
         for b in everyone:
             if b.problem is not None:
                 problems.setdefault(b.group_id, b.problem)
+        return mine, everyone, problems
+
+    def _groups_to_verify(self, everyone: list[_Built], problems: dict[str, str], local: int) -> list[Trajectory]:
+        """The trajectories of the groups this process verifies (``verify_on``), the unrebuildable groups left out."""
         valid = [b.trajectory if b.group_id not in problems else None for b in everyone]
         if self.prover_verify_on == "main":
             owner = {t.group_id: 0 for t in valid if t is not None}
         else:
-            owner = owners(valid, local, setup.config)
-        batch = [t for t in valid if t is not None and owner[t.group_id] == here]
+            owner = owners(valid, local, self.prover.config)
+        here = self.accelerator.process_index
+        return [t for t in valid if t is not None and owner[t.group_id] == here]
 
-        self._record_tokens([b for b in everyone if b.group_id not in problems])
-        result: BonusResult | None = None
-        report = Report()
-        if batch:
-            started = time.monotonic()
-            try:
-                with seeded(_mix(setup.config.seed, tag)), self._engine_session():  # training RNG stream untouched
-                    result = compute_bonus(
-                        batch,
-                        judge=setup.judge,
-                        env=setup.env if setup.continue_from is None else None,
-                        policy=self.prover_policy if setup.continue_from is None else None,
-                        continue_from=setup.continue_from,
-                        config=setup.config,
-                    )
-                report = result.report
-            except Exception as exc:
-                failure = exc
+    def _verify(self, batch: list[Trajectory], tag: str) -> tuple[BonusResult | None, Exception | None]:
+        """``compute_bonus`` on ``batch`` in a forked RNG (the training stream is untouched), or the failure."""
+        if not batch:
+            return None, None
+        setup, started = self.prover, time.monotonic()
+        try:
+            with seeded(_mix(setup.config.seed, tag)), self._engine_session():
+                return compute_bonus(
+                    batch,
+                    judge=setup.judge,
+                    env=setup.env if setup.continue_from is None else None,
+                    policy=self.prover_policy if setup.continue_from is None else None,
+                    continue_from=setup.continue_from,
+                    config=setup.config,
+                ), None
+        except Exception as exc:
+            return None, exc
+        finally:
             self._warn_if_near_ddp_timeout(time.monotonic() - started)
-        credit = {} if result is None else {k: v for k, v in result.turn_bonus.items() if np.any(v)}
+
+    def _take_continuation_tokens(self) -> int | None:
+        """The tokens the default policy generated this step; its per-step state is cleared."""
         generated = self._continuation_tokens()
         if isinstance(self.prover_policy, TrainerPolicy):
             self.prover_policy.clear()
+        return generated
 
-        gathered = self._gather_or_raise([(report, credit, generated)], failure)
-        accepted: dict[str, np.ndarray[Any, Any]] = {}
-        for _, part, _ in gathered:
-            accepted.update(part)
-        bonus = torch.zeros(local, length, dtype=torch.float32)
+    @staticmethod
+    def _bonus_tensor(mine: list[_Built], accepted: dict[str, np.ndarray[Any, Any]], length: int) -> torch.Tensor:
+        """The accepted per-turn bonuses of this process's rows, spread onto their token spans."""
+        bonus = torch.zeros(len(mine), length, dtype=torch.float32)
         for i, b in enumerate(mine):
             if b.trajectory is not None and b.trajectory.id in accepted:
                 bonus[i] = torch.from_numpy(spread_to_tokens(b.trajectory, accepted[b.trajectory.id], length)).float()
-        bonus = bonus.to(loss_mask.device) * loss_mask.float()
+        return bonus
 
+    def _log_step(
+        self,
+        result: BonusResult | None,
+        gathered: list[tuple[Report, Any, int | None]],
+        everyone: list[_Built],
+        problems: dict[str, str],
+        bonus: torch.Tensor,
+    ) -> None:
+        """One report from every process's (the unrebuildable groups as skips), its metrics into TRL's log."""
         skips = [
             GroupRecord(
                 group_id=gid,
@@ -455,5 +489,3 @@ class ProverGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         for key, value in metrics.items():
             self._metrics[mode][key].append(value)
-        self._prover_generated = self._prover_rewards = None  # drop this step's references
-        return bonus

@@ -1,0 +1,364 @@
+"""The chat-completions client: httpx (sync and async) with tenacity retries, accounting and a cache.
+
+Retry policy, per request: up to ``max_attempts`` attempts on status 408, 409, 429 and 5xx, on
+connection errors and on timeouts. Between attempts it sleeps the server's ``Retry-After`` (capped at
+``max_retry_after_s``) when given, else ``min(backoff_max_s, backoff_initial_s * 2**(n-1)) +
+uniform(0, backoff_jitter_s)`` after the ``n``-th failed attempt. Any other 4xx, a 2xx body that is
+not a chat completion (HTML, truncated JSON), an exhausted budget or an open circuit raise
+:class:`~prover_core.errors.JudgeError` at once. An error status (5xx included) whose body says a
+request parameter is not supported (e.g. llama.cpp's 500 "tools param requires --jinja flag") is not
+transient: it raises :class:`~prover_core.errors.JudgeUnsupportedError` at once, with a hint. The API
+key is sent as a bearer token and is scrubbed from every error message.
+
+Each attempt has one deadline, ``timeout_s``, for the whole answer: connecting, sending and reading the
+full body (``asyncio.wait_for`` around the request; httpx's connect and read timeouts stay inside it). An
+attempt past it fails with :class:`AnswerTimeout` and is retried like any timeout, however slowly the
+server trickles its answer. The blocking :meth:`ChatClient.chat` runs the same async request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+
+from prover_core._aio import run_sync
+from prover_core.connections import LoopPool, LoopPools, parse_retry_after
+from prover_core.errors import JudgeError, JudgeUnsupportedError
+from prover_core.judges.llm.cache import ResponseCache, request_key
+from prover_core.judges.llm.config import LLMJudgeConfig
+from prover_core.judges.llm.stats import JudgeStats, Refused
+
+log = logging.getLogger("prover_core.judges.llm")
+
+RETRY_STATUSES = frozenset({408, 409, 429})
+T = TypeVar("T")
+
+UNSUPPORTED = re.compile(
+    r"requires? --|not supported|unsupported|does not support|doesn't support|not implemented|"
+    r"unknown (?:param|field|argument|key)|unrecognized (?:param|field|argument|key)|extra (?:inputs|fields) "
+    r"are not permitted|extra_forbidden",
+    re.IGNORECASE,
+)
+"""An error body matching this names a request parameter the server cannot handle: retrying will not help."""
+
+_HINTS = (
+    ("--jinja", "start llama-server with --jinja, or use mode='structured'"),
+    (
+        "tool",
+        "enable tool calling on the server (vLLM: --enable-auto-tool-choice --tool-call-parser ...), "
+        "or use mode='structured'",
+    ),
+    ("response_format", "set response_format='json_object' or 'none'"),
+    ("json_schema", "set response_format='json_object' or 'none'"),
+    ("max_tokens", "set max_tokens_field='max_completion_tokens' (or the reverse)"),
+    ("max_completion_tokens", "set max_tokens_field='max_tokens'"),
+)
+
+
+CONTEXT_OVERFLOW = re.compile(
+    r"exceed_context_size|exceeds the available context|maximum context length|context length", re.IGNORECASE
+)
+"""A 4xx body matching this says the prompt does not fit the model's context (llama.cpp, vLLM, SGLang)."""
+
+CONTEXT_HINT = (
+    "the judge's prompt does not fit the model's context: give the server more (llama-server: -c, shared by "
+    "its -np slots; vLLM: --max-model-len; SGLang: --context-length) or send less (max_trajectory_chars, "
+    "max_failures_shown, max_field_chars, max_tokens)"
+)
+
+
+def unsupported_hint(body: str) -> str:
+    """What to change in the config for an 'unsupported parameter' error body."""
+    lowered = body.lower()
+    for needle, hint in _HINTS:
+        if needle in lowered:
+            return hint
+    return "remove the unsupported parameter (extra_body, response_format, mode) or upgrade the server"
+
+
+_LAX = ConfigDict(extra="ignore")
+
+
+class ToolFunction(BaseModel):
+    model_config = _LAX
+    name: str
+    arguments: str = ""
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _as_json_text(cls, value: Any) -> Any:
+        return json.dumps(value) if isinstance(value, dict) else ("" if value is None else value)
+
+
+class ToolCall(BaseModel):
+    model_config = _LAX
+    id: str | None = None
+    function: ToolFunction
+
+
+class ChatMessage(BaseModel):
+    model_config = _LAX
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class Choice(BaseModel):
+    model_config = _LAX
+    message: ChatMessage
+    finish_reason: str | None = None
+
+
+class PromptTokensDetails(BaseModel):
+    model_config = _LAX
+    cached_tokens: int | None = None
+
+
+class Usage(BaseModel):
+    model_config = _LAX
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        details = self.prompt_tokens_details
+        return (details.cached_tokens or 0) if details is not None else 0
+
+
+class ChatResponse(BaseModel):
+    """The parts of an OpenAI chat completion the judge reads."""
+
+    model_config = _LAX
+    choices: list[Choice] = Field(min_length=1)
+    usage: Usage | None = None
+
+
+class AnswerTimeout(httpx.TimeoutException):
+    """An attempt's whole answer (connecting, sending, the full body) did not arrive within ``timeout_s``."""
+
+
+class _Retryable(Exception):
+    """A failed attempt worth another: a retryable status, a timeout or a connection error."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ChatClient:
+    """Sends chat-completion requests through one pooled async client per event loop."""
+
+    def __init__(self, config: LLMJudgeConfig, stats: JudgeStats) -> None:
+        self.config = config
+        self.stats = stats
+        self._key: SecretStr | None = config.api_key()
+        self._pools = LoopPools(
+            config.base_url,
+            max_concurrency=config.max_concurrency,
+            timeout_s=config.timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            api_key=self._key,
+            headers=config.extra_headers,
+        )
+        self.cache = ResponseCache(config.cache_dir) if config.cache_dir is not None else None
+
+    # -- connection handling ---------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        """Hold this loop's pooled async clients; they are closed when their last user leaves."""
+        async with self._pools.session():
+            yield
+
+    def close(self) -> None:
+        """Nothing to release: each loop's client closes itself when its last user leaves."""
+
+    # -- errors ----------------------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key replaced by ``***``."""
+        if self._key is not None:
+            secret = self._key.get_secret_value()
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def _body_excerpt(self, response: httpx.Response) -> str:
+        return self.redact(response.text[:200].replace("\n", " "))
+
+    def _read(self, response: httpx.Response, latency: float, key: str) -> ChatResponse:
+        """A chat response from an HTTP response, or the exception that says why not."""
+        status = response.status_code
+        if status >= 400 and (status == 501 or UNSUPPORTED.search(response.text[:2000])):
+            excerpt = self._body_excerpt(response)
+            raise JudgeUnsupportedError(
+                f"chat server {self.config.endpoint} refused the request as unsupported (status {status}: "
+                f"{excerpt}); not retried, it would fail again: {unsupported_hint(excerpt)}"
+            )
+        if status in RETRY_STATUSES or status >= 500:
+            raise _Retryable(
+                f"status {status}: {self._body_excerpt(response)}",
+                parse_retry_after(response.headers.get("Retry-After")),
+            )
+        if status >= 400:
+            excerpt = self._body_excerpt(response)
+            hint = f"; {CONTEXT_HINT}" if CONTEXT_OVERFLOW.search(response.text[:2000]) else ""
+            raise JudgeError(f"chat server {self.config.endpoint} answered {status}: {excerpt}{hint}")
+        kind = response.headers.get("content-type", "?")
+        try:
+            body = response.json()
+        except ValueError:
+            raise JudgeError(
+                f"chat server {self.config.endpoint} returned a body that is not JSON ({kind}): "
+                f"{self._body_excerpt(response)}"
+            ) from None
+        try:
+            parsed = ChatResponse.model_validate(body)
+        except ValidationError as exc:
+            raise JudgeError(
+                f"chat server {self.config.endpoint} returned JSON that is not a chat completion "
+                f"({exc.error_count()} schema errors): {self._body_excerpt(response)}"
+            ) from None
+        usage = parsed.usage
+        if usage is None:
+            self.stats.response(latency, None, None)
+        else:
+            self.stats.response(latency, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        if self.cache is not None and isinstance(body, dict):
+            self.cache.put(key, body)
+        return parsed
+
+    # -- retry policy ----------------------------------------------------------------------------
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            wait = min(exc.retry_after, self.config.max_retry_after_s)
+        else:
+            n = state.attempt_number
+            backoff = min(self.config.backoff_max_s, self.config.backoff_initial_s * 2 ** (n - 1))
+            wait = backoff + random.uniform(0.0, self.config.backoff_jitter_s)
+        return wait
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        """Count the wait before a retry (the retry itself is counted when it is sent, in ``admit``)."""
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        self.stats.add(retry_wait_s=wait)
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.warning("judge request failed (%s); retry %d in %.2fs", exc, state.attempt_number, wait)
+
+    def _stop(self, state: RetryCallState) -> bool:
+        return state.attempt_number >= self.config.max_attempts or self.stats.circuit_open
+
+    def _retry_kwargs(self) -> dict[str, Any]:
+        return dict(
+            stop=self._stop,
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+
+    def _exhausted(self, exc: _Retryable, attempts: int) -> JudgeError:
+        circuit = "; circuit open: no more judge calls this step" if self.stats.circuit_open else ""
+        return JudgeError(
+            f"chat server {self.config.endpoint} failed after {attempts} attempt(s){circuit}: {self.redact(str(exc))}"
+        )
+
+    def _transport(self, exc: httpx.HTTPError) -> Exception:
+        """A timeout or connection error is worth a retry; any other httpx error (bad URL, decoding) is not."""
+        self.stats.failure()
+        text = self.redact(str(exc))
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException):
+            limits = f"timeout_s={self.config.timeout_s:g}, connect_timeout_s={self.config.connect_timeout_s:g}"
+            return _Retryable(f"timed out ({detail}; {limits})")
+        if isinstance(exc, httpx.TransportError):
+            return _Retryable(f"connection error ({detail})")
+        return JudgeError(f"request to chat server {self.config.endpoint} failed: {detail}")
+
+    async def _post(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> httpx.Response:
+        """POST ``payload`` and read the whole answer within ``timeout_s``; :class:`AnswerTimeout` past it."""
+        try:
+            return await asyncio.wait_for(client.post(self.config.endpoint, json=payload), self.config.timeout_s)
+        except asyncio.TimeoutError:
+            raise AnswerTimeout("the whole answer took longer than timeout_s") from None
+
+    def _lookup(self, key: str) -> ChatResponse | None:
+        if self.cache is None:
+            return None
+        body = self.cache.get(key)
+        if body is None:
+            return None
+        try:
+            parsed = ChatResponse.model_validate(body)
+        except ValidationError:
+            return None
+        self.stats.add(cache_hits=1)
+        return parsed
+
+    def _failed(self, call: Callable[[], T]) -> T:
+        """Run ``call``; count a :class:`JudgeError` or :class:`_Retryable` as a failed attempt."""
+        try:
+            return call()
+        except (JudgeError, _Retryable):
+            self.stats.failure()
+            raise
+
+    def _request_failed(self, exc: Exception, attempts: int) -> JudgeError:
+        """The error of a request that failed after its retries; counts it for the circuit breaker."""
+        if isinstance(exc, Refused):
+            return exc  # not sent: not a failure of the server
+        self.stats.request_failed()
+        if isinstance(exc, _Retryable):
+            return self._exhausted(exc, attempts)
+        assert isinstance(exc, JudgeError)
+        return exc
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    async def achat(self, payload: dict[str, Any]) -> ChatResponse:
+        """POST ``payload`` (async, inside :meth:`session`), with retries; raises :class:`JudgeError`."""
+        key = request_key(payload)
+        cached = self._lookup(key)
+        if cached is not None:
+            return cached
+        async with self._pools.session() as pool:
+            return await self._achat(payload, key, pool)
+
+    async def _achat(self, payload: dict[str, Any], key: str, pool: LoopPool) -> ChatResponse:
+        async def attempt(number: int) -> ChatResponse:
+            async with pool.client() as client:
+                self.stats.admit(retry=number > 1)
+                start = time.perf_counter()
+                try:
+                    response = await self._post(client, payload)
+                except httpx.HTTPError as exc:
+                    raise self._transport(exc) from None
+            return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
+
+        attempts = 0
+        try:
+            async for trial in AsyncRetrying(**self._retry_kwargs()):
+                with trial:
+                    attempts = trial.retry_state.attempt_number
+                    return await attempt(attempts)
+        except (_Retryable, JudgeError) as exc:
+            raise self._request_failed(exc, attempts) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def chat(self, payload: dict[str, Any]) -> ChatResponse:
+        """POST ``payload`` (blocking), with retries; raises :class:`JudgeError`. It runs :meth:`achat` on an
+        event loop of its own (in a worker thread if this one runs a loop), so its connection closes after it."""
+        return run_sync(self.achat(payload))
