@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import settings
@@ -59,3 +63,14 @@ def library_warnings(records: Iterable[logging.LogRecord]) -> list[str]:
     """The messages of WARNING (or worse) records from the library's own loggers (``prover_core``, the adapters'):
     a shipped example or documented command must log none (issue 37: one story, no false warning)."""
     return [r.getMessage() for r in records if r.levelno >= logging.WARNING and r.name.startswith("prover")]
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script (an example, a benchmark) imported as module ``name``, registered in ``sys.modules`` (its
+    dataclasses resolve their annotations there)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,20 +1,15 @@
 """The custom-trainer example keeps working (it mirrors the README's snippet), and logs no warning."""
 
-import importlib.util
 import logging
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import library_warnings
+from tests.conftest import library_warnings, load_script
 
 
 def test_custom_trainer_example_runs_a_step(caplog: pytest.LogCaptureFixture) -> None:
-    path = Path(__file__).parents[1] / "examples" / "custom_trainer.py"
-    spec = importlib.util.spec_from_file_location("custom_trainer", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(Path(__file__).parents[1] / "examples" / "custom_trainer.py", "custom_trainer")
     with caplog.at_level(logging.WARNING):
         metrics = module.trainer_step(0)
     assert metrics["prover/groups_accepted"] >= 1

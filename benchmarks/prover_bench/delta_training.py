@@ -43,6 +43,7 @@ from prover_bench import methods
 from prover_bench.batch import Batch, sample_batch
 from prover_bench.judge_cases import CORRIDORS, HELD_OUT, LUCK, NONCE, TOY_TEXT, TabularEnv
 from prover_bench.progress import mean_ci
+from prover_bench.report_files import write_report
 from prover_bench.tabular import Compiled, FloatArray, Sampler, compile_mdp, value_table
 from prover_bench.training import policy_gradient, score_sum
 from prover_core.config import ProverConfig
@@ -373,11 +374,9 @@ def _tables(results: dict[str, dict[str, ArmResult]], kinds: dict[str, str], tab
 def delta_command(quick: bool, out: str, groups: int | None = None) -> int:
     """``prover bench --only delta``: print the tables, write ``delta.md`` and ``delta.json`` to ``out``."""
     import dataclasses
-    import json
     import os
     import sys
     import time
-    from pathlib import Path
 
     settings = QUICK_DELTA if quick else DeltaSettings()
     if groups is not None:
@@ -393,12 +392,9 @@ def delta_command(quick: bool, out: str, groups: int | None = None) -> int:
         f"{time.perf_counter() - began:.0f} s\n\n{markdown(results, kinds, settings)}\n"
     )
     print(text)
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "delta.md").write_text(text, encoding="utf-8")
     payload = {
         env: {arm: {"lr": r.lr, "edge": r.edge, "tried": r.tried, "success": r.curve.success} for arm, r in by.items()}
         for env, by in results.items()
     }
-    (folder / "delta.json").write_text(json.dumps(payload), encoding="utf-8")
+    write_report(out, "delta.md", text, "delta.json", payload)
     return 0

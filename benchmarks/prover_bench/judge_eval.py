@@ -58,6 +58,7 @@ from prover_bench.judge_cases import (
 )
 from prover_bench.methods import run_bonus_with
 from prover_bench.oracle import ORACLE, BestTurn, nothing_to_find
+from prover_bench.report_files import write_report
 from prover_bench.tables import markdown_table
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
@@ -588,8 +589,6 @@ def judges_command(
 ) -> int:
     """``prover bench judges``: print the judges x environments table, write ``judges.md`` and ``judges.json``."""
     import dataclasses
-    import json
-    from pathlib import Path
 
     base = QUICK_JUDGES if quick else FULL_JUDGES
     settings = dataclasses.replace(
@@ -624,15 +623,12 @@ def judges_command(
         f"{bench.seconds:.1f} s\n\n{bench.markdown()}\n"
     )
     print(text)
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "judges.md").write_text(text, encoding="utf-8")
     payload = {
         "settings": dataclasses.asdict(settings),
         "chance": bench.chance,
         "results": bench.results,
         "families": bench.families(),
     }
-    (folder / "judges.json").write_text(json.dumps(payload, indent=2, allow_nan=True), encoding="utf-8")
+    write_report(out, "judges.md", text, "judges.json", payload, indent=2, allow_nan=True)
     print(f"written to {out}/ (judges.md, judges.json)")
     return 0

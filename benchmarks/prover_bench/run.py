@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -17,6 +16,7 @@ from prover_bench import neural, neural_report
 from prover_bench.accuracy import run_accuracy
 from prover_bench.neural import NeuralRun
 from prover_bench.overhead import Timing, run_overhead
+from prover_bench.report_files import write_report
 from prover_bench.suite import SUITE, by_name
 from prover_bench.tables import accuracy_table, overhead_table, scaling_lines, training_table
 from prover_bench.training import Curve, run_training
@@ -234,5 +234,4 @@ def write(result: BenchResult, out: Path, command: str = "prover bench") -> None
         if result.neural:
             paths += plots.plot_neural(result.neural, out)
         result.plots = [str(p) for p in paths]
-    (out / "results.json").write_text(json.dumps(result.to_json(), indent=1, default=float))
-    (out / "bench.md").write_text(result.markdown(command))
+    write_report(out, "bench.md", result.markdown(command), "results.json", result.to_json(), indent=1, default=float)

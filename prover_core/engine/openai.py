@@ -39,7 +39,7 @@ import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -57,6 +57,7 @@ _RESERVED = frozenset(
 )
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
 _LAX = ConfigDict(extra="ignore")
+Answer = TypeVar("Answer", bound=BaseModel)
 TokenId = Annotated[int, Field(strict=True, ge=0)]
 
 
@@ -291,15 +292,18 @@ class OpenAICompletionsEngine:
 
     def _parse(self, response: httpx.Response) -> Generation:
         """The generation in a successful answer (a subclass for another server's schema overrides this)."""
+        return self._answer(response, CompletionResponse, "a completion").choices[0].generation()
+
+    def _answer(self, response: httpx.Response, schema: type[Answer], what: str) -> Answer:
+        """A successful answer's body as ``schema``; :class:`EngineResponseError` naming ``what`` was expected."""
         try:
-            parsed = CompletionResponse.model_validate_json(response.content)
+            return schema.model_validate_json(response.content)
         except ValidationError as exc:
             kind = response.headers.get("content-type", "?")
             raise EngineResponseError(
-                f"{self.endpoint} answered with something that is not a completion ({kind}; "
+                f"{self.endpoint} answered with something that is not {what} ({kind}; "
                 f"{exc.errors()[0]['msg']}): {self._excerpt(response)}"
             ) from None
-        return parsed.choices[0].generation()
 
     # -- retry policy and redaction -------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ The 2K continuations of a verified group all start with the same recorded prefix
 completion_ids[:a_b]``), and an engine keeps a limited number of prefixes cached (llama.cpp: one per
 slot; vLLM and SGLang: a prefix cache that evicts under pressure). Admitting calls in arrival order
 interleaves every group's continuations, so each call may evict the prefix the next one needs (on a
-real llama-server, issue 19: prompt tokens evaluated 1.6-2.1x, verification slower with everything in
+real llama-server, docs/engines.md: prompt tokens evaluated 1.6-2.1x, verification slower with everything in
 flight than one call at a time). :class:`PrefixGate` admits at most ``limit`` calls at once and gives
 a free slot to the oldest waiting call whose prefix key is already in flight, else to one with the
 key admitted last (what a one-slot engine has cached), else to the oldest waiting call: a group's

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from prover_core.engine.openai import OpenAICompletionsEngine, TokenId
 from prover_core.engine.protocol import Generation, SamplingParams
@@ -121,12 +121,4 @@ class SGLangEngine(OpenAICompletionsEngine):
     def _read(self, response: httpx.Response) -> Generation:
         if response.status_code >= 300:
             return super()._read(response)  # raises: retried statuses and HTTP errors as the base engine
-        try:
-            parsed = GenerateResponse.model_validate_json(response.content)
-        except ValidationError as exc:
-            kind = response.headers.get("content-type", "?")
-            raise EngineResponseError(
-                f"{self.endpoint} answered with something that is not a /generate answer ({kind}; "
-                f"{exc.errors()[0]['msg']}): {self._excerpt(response)}"
-            ) from None
-        return parsed.generation()
+        return self._answer(response, GenerateResponse, "a /generate answer").generation()

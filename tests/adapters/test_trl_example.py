@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import library_warnings
+from tests.conftest import library_warnings, load_script
 from tests.hosts import require_host
 
 require_host("trl")
 
 
 def test_trl_example_trains_with_prover_credit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = Path(__file__).parents[2] / "examples" / "trl_prover_grpo.py"
-    spec = importlib.util.spec_from_file_location("trl_prover_grpo", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(Path(__file__).parents[2] / "examples" / "trl_prover_grpo.py", "trl_prover_grpo")
     with caplog.at_level(logging.WARNING):
         history = module.main(steps=2, output_dir=str(tmp_path))
     assert not library_warnings(caplog.records)  # e.g. no "one group although they start from 4 tasks"
@@ -40,11 +35,7 @@ def test_vllm_launch_example_builds_and_trains_against_a_loopback_server(
     from tests.adapters.test_trl_chat import chatml_tokenizer
     from tests.adapters.vllm_loopback import LoopbackVLLM, trl_server_mode
 
-    path = Path(__file__).parents[2] / "examples" / "trl_prover_vllm.py"
-    spec = importlib.util.spec_from_file_location("trl_prover_vllm", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(Path(__file__).parents[2] / "examples" / "trl_prover_vllm.py", "trl_prover_vllm")
     tokenizer = chatml_tokenizer()
     server = LoopbackVLLM(tiny_causal_lm(tokenizer, seed=1), eos_token_id=tokenizer.eos_token_id)
     with server, trl_server_mode(server), caplog.at_level(logging.WARNING):

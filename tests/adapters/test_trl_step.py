@@ -3,12 +3,11 @@ latency counts that must hold whatever the machine (no timing is asserted: the t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import load_script
 from tests.hosts import require_host
 
 require_host("trl")
@@ -17,12 +16,7 @@ PATH = Path(__file__).parents[2] / "benchmarks" / "trl_step.py"
 
 
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("trl_step", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("trl_step", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(PATH, "trl_step")
 
 
 def test_the_menu_game_by_hand() -> None:

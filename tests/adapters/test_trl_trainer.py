@@ -84,17 +84,23 @@ def _recording(base: type) -> type:
     return Recording
 
 
-def _train(tmp_path: Path, trainer_class: type, render_observation: Any = None, **kwargs: Any) -> Any:
+def _build(tmp_path: Path, trainer_class: type, rollout_func: Any, **kwargs: Any) -> Any:
+    """The recording trainer on LuckyDoor with ``rollout_func``, not trained yet."""
     tokenizer = word_tokenizer()
-    trainer = _recording(trainer_class)(
+    return _recording(trainer_class)(
         model=tiny_causal_lm(tokenizer, seed=0),
         reward_funcs=success_reward,
         args=_args(tmp_path),
         train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
         processing_class=tokenizer,
-        rollout_func=make_rollout_func(LuckyDoor, max_turns=5, render_observation=render_observation),
+        rollout_func=rollout_func,
         **kwargs,
     )
+
+
+def _train(tmp_path: Path, trainer_class: type, render_observation: Any = None, **kwargs: Any) -> Any:
+    rollout = make_rollout_func(LuckyDoor, max_turns=5, render_observation=render_observation)
+    trainer = _build(tmp_path, trainer_class, rollout, **kwargs)
     trainer.train()
     return trainer
 
@@ -277,7 +283,6 @@ def test_an_observation_rendered_to_zero_tokens_keeps_exact_spans_with_make_roll
 def test_inclusive_turn_spans_from_a_rollout_func_make_a_recorded_skip(tmp_path: Path) -> None:
     """Spans ending one token early (inclusive ends) leave each action's last token outside its turn: the
     trainable mask shows it, so the group is skipped with the reason, not credited one token short."""
-    tokenizer = word_tokenizer()
     full = make_rollout_func(LuckyDoor, max_turns=5)
 
     def inclusive(prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -287,15 +292,8 @@ def test_inclusive_turn_spans_from_a_rollout_func_make_a_recorded_skip(tmp_path:
         ]
         return out
 
-    trainer = _recording(ProverGRPOTrainer)(
-        model=tiny_causal_lm(tokenizer, seed=0),
-        reward_funcs=success_reward,
-        args=_args(tmp_path),
-        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
-        processing_class=tokenizer,
-        rollout_func=inclusive,
-        prover=ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K)),
-    )
+    prover = ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K))
+    trainer = _build(tmp_path, ProverGRPOTrainer, inclusive, prover=prover)
     trainer.train()
     (record,) = trainer.prover_last_report.groups
     assert (record.status, record.stage) == ("skipped", "trigger")
@@ -314,15 +312,8 @@ def test_rows_that_cannot_be_rebuilt_make_a_recorded_skip_not_a_crash(tmp_path: 
         del out["prover_turn_spans"]
         return out
 
-    trainer = _recording(ProverGRPOTrainer)(
-        model=tiny_causal_lm(tokenizer, seed=0),
-        reward_funcs=success_reward,
-        args=_args(tmp_path),
-        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
-        processing_class=tokenizer,
-        rollout_func=no_spans,
-        prover=ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K)),
-    )
+    prover = ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K))
+    trainer = _build(tmp_path, ProverGRPOTrainer, no_spans, prover=prover)
     trainer.train()  # no crash
     assert trainer.state.global_step == 2
     assert trainer.results == [None, None]  # nothing was verified
@@ -338,14 +329,6 @@ def test_rows_that_cannot_be_rebuilt_make_a_recorded_skip_not_a_crash(tmp_path: 
     assert [log["prover/continuation_share"] for log in logged] == [0.0, 0.0]
 
     strict = ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K, strict=True))
-    trainer = _recording(ProverGRPOTrainer)(
-        model=tiny_causal_lm(tokenizer, seed=0),
-        reward_funcs=success_reward,
-        args=_args(tmp_path / "strict"),
-        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
-        processing_class=tokenizer,
-        rollout_func=no_spans,
-        prover=strict,
-    )
+    trainer = _build(tmp_path / "strict", ProverGRPOTrainer, no_spans, prover=strict)
     with pytest.raises(ProverTRLError, match="token spans"):
         trainer.train()

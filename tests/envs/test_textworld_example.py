@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
+from tests.conftest import load_script
 from tests.envs.conftest import GAME_SETTINGS
 from tests.hosts import require_host
 
@@ -17,12 +16,7 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "textworld_credit.py"
 
 
 def load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("textworld_credit_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE, "textworld_credit_example")
 
 
 def test_accepted_segments_hold_key_commands_more_often_than_random_segments(textworld_cache: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import multiprocessing
 import sys
 import time
@@ -17,6 +16,7 @@ from prover_bench.llm import report
 from prover_bench.llm.credit import OracleJudge, SameLengthRandomJudge, matched_group_size
 from prover_bench.llm.engine import threads
 from prover_bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, train_run
+from prover_bench.report_files import write_report
 from prover_core.config import ProverConfig
 from prover_core.judges import AnchorJudge, ChoiceJudge
 
@@ -156,13 +156,12 @@ def run_llm(settings: Settings, out: Path, command: str) -> str:
     minutes = (time.perf_counter() - t0) / 60
     text = report.markdown(ordered, f"{settings.title}: `{command}`", [start_success[s] for s in range(settings.seeds)],
                            minutes)  # fmt: skip
-    (out / "llm.md").write_text(text + "\n")
     dump = {
         "settings": dataclasses.asdict(settings) | {"checkpoints": list(settings.checkpoints())},
         "start_success": start_success,
         "runs": [dataclasses.asdict(r) for by_lr in ordered.values() for rs in by_lr.values() for r in rs],
     }
-    (out / "results.json").write_text(json.dumps(dump, indent=1))
+    write_report(out, "llm.md", text + "\n", "results.json", dump, indent=1)
     return text
 
 
