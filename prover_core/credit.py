@@ -73,13 +73,14 @@ def mask_runs(mask: ArrayLike) -> list[tuple[int, int]]:
 
 
 def spans_off_mask(spans: Sequence[tuple[int, int]], mask: ArrayLike) -> str | None:
-    """Why the half-open action ``spans`` do not cover exactly the trainable tokens of a 1-D ``mask``; ``None``
-    when they do.
+    """Why the half-open action ``spans`` leave some trainable tokens of a 1-D ``mask`` outside every turn; ``None``
+    when every trainable token lies in a span.
 
-    A host's trainable mask (1 on the tokens the policy generated) is the truth the spans must match: every span
-    on trainable tokens, every trainable token in a span. Inclusive ends ``(start, last)`` leave the last token
-    of each action outside its span, the mistake :mod:`prover_core.batch_checks` cannot see from the spans alone
-    when every action has several tokens. A mask of all ones says nothing about where actions end: ``None``.
+    A host's trainable mask (1 on the tokens the policy generated) is the truth the spans must cover: a trainable
+    token in no span gets no turn's credit. Inclusive ends ``(start, last)`` leave the last token of each action out
+    that way, the mistake :mod:`prover_core.batch_checks` cannot see from the spans alone when every action has
+    several tokens. (A masked token inside a span is fine: the mask keeps credit off it, e.g. a tool-call delimiter
+    inside an action.) A mask of all ones says nothing about where actions end: ``None``.
     """
     m = np.asarray(mask) != 0
     if m.all():
@@ -87,18 +88,14 @@ def spans_off_mask(spans: Sequence[tuple[int, int]], mask: ArrayLike) -> str | N
     covered = np.zeros(m.shape[0], dtype=bool)
     for start, end in spans:
         covered[start:end] = True
-    if np.array_equal(covered, m):
-        return None
     uncovered = np.flatnonzero(m & ~covered)
-    ends = {end for _, end in spans}
-    if uncovered.size:
-        first = int(uncovered[0])
-        hint = (
-            " right after a span ends: spans look inclusive (start, last); they are half-open [start, end), so pass "
-            "(start, last + 1)"
-            if first in ends
-            else ""
-        )
-        return f"{uncovered.size} trainable tokens lie in no turn's span (the first at position {first}{hint})"
-    outside = np.flatnonzero(covered & ~m)
-    return f"{outside.size} tokens inside turn spans are not trainable (the first at position {int(outside[0])})"
+    if not uncovered.size:
+        return None
+    first = int(uncovered[0])
+    hint = (
+        " right after a span ends: spans look inclusive (start, last); they are half-open [start, end), so pass "
+        "(start, last + 1)"
+        if first in {end for _, end in spans}
+        else ""
+    )
+    return f"{uncovered.size} trainable tokens lie in no turn's span (the first at position {first}{hint})"

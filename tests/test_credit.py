@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prover_core import Segment, Trajectory, Turn
-from prover_core.credit import action_mask, mask_runs, segment_bonus, spread_to_tokens
+from prover_core.credit import action_mask, mask_runs, segment_bonus, spans_off_mask, spread_to_tokens
 from tests.conftest import make_trajectory
 
 
@@ -65,3 +65,20 @@ def test_mask_runs_inverts_action_mask(bits: list[bool]) -> None:
         np.testing.assert_array_equal(action_mask(t, len(bits)), np.array(bits, dtype=bool))
     else:
         assert not any(bits)
+
+
+def test_spans_off_mask_by_hand() -> None:
+    """Trainable tokens in no span are named; an inclusive end is recognised by the uncovered token right after a
+    span; masked tokens inside a span and a mask of all ones are fine."""
+    mask = [1, 1, 0, 1, 1, 1, 0, 1]  # actions [0, 2), [3, 6), [7, 8)
+    assert spans_off_mask([(0, 2), (3, 6), (7, 8)], mask) is None
+    assert spans_off_mask([(0, 2), (3, 6), (6, 8)], mask) is None  # an observation token inside a span: masked
+    inclusive = spans_off_mask([(0, 1), (3, 5), (7, 7)], mask)
+    assert inclusive == (
+        "3 trainable tokens lie in no turn's span (the first at position 1 right after a span ends: spans look "
+        "inclusive (start, last); they are half-open [start, end), so pass (start, last + 1))"
+    )
+    assert spans_off_mask([(0, 2), (4, 6), (7, 8)], mask) == (
+        "1 trainable tokens lie in no turn's span (the first at position 3)"
+    )
+    assert spans_off_mask([(0, 1)], [1, 1, 1]) is None  # all ones: the mask says nothing about turns
