@@ -37,6 +37,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -208,18 +209,17 @@ class _Case:
     members: list[Trajectory]
     direction: Direction
 
-    @property
+    @cached_property
     def examined(self) -> Trajectory:
         return representative(self.members) if self.direction == "gain" else longest_failure(self.members)
 
-    @property
+    @cached_property
     def against(self) -> list[Trajectory]:
         return [t for t in self.members if t.success != self.examined.success]
 
-    @property
+    @cached_property
     def others(self) -> list[Trajectory]:
-        examined = self.examined
-        return [t for t in self.members if t.success == examined.success and t.id != examined.id]
+        return [t for t in self.members if t.success == self.examined.success and t.id != self.examined.id]
 
     def record(self, status: Status, stage: Stage, reason: str, **found: Any) -> GroupRecord:
         return GroupRecord(
