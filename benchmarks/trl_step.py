@@ -155,6 +155,8 @@ class Probe:
 
         self.cuda, self.phase = cuda, "other"
         self.profiler = cProfile.Profile() if profile else None
+        self.steps = 0
+        """Optimizer steps begun."""
         self.calls: list[dict[str, Any]] = []
         self.spans: list[tuple[str, float]] = []
 
@@ -220,7 +222,7 @@ def instrumented(base: type, probe: Probe) -> type:
 
         def _prover_bonus(self, output: Any, resets: Any) -> Any:
             with probe.within("verify"):
-                if probe.profiler is None or not probe.spans:  # the first step (warm-up) is not profiled
+                if probe.profiler is None or probe.steps < 2:  # the first step (warm-up) is not profiled
                     return super()._prover_bonus(output, resets)
                 probe.profiler.enable()
                 try:
@@ -315,6 +317,7 @@ def run_arm(
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, *_: Any, **__: Any) -> None:
+            probe.steps += 1
             marks.append((probe.now(), 0.0, len(probe.calls), len(probe.spans)))
 
         def on_step_end(self, *_: Any, **__: Any) -> None:
