@@ -54,6 +54,7 @@ from prover_core import (
     Turn,
     acompute_bonus,
 )
+from prover_core.continuations import env_continuer
 from prover_core.demo.mdp import MDPEnv
 from prover_core.demo.vault import VaultMDP
 from prover_core.engine import (
@@ -64,16 +65,18 @@ from prover_core.engine import (
     SamplingParams,
     TokenStore,
 )
-from prover_core.engine.parity import kl_above
+from prover_core.engine.parity import ParitySample, ParityStats, kl_above
 from prover_core.errors import JudgeError
 from prover_core.judges import AnchorJudge
 from prover_core.protocols import PolicyContext
-from prover_core.verify import env_continuer, verify_segment
+from prover_core.verify import verify_segment
 
 SYSTEM = "You play a text adventure. Answer with the number of one action."
 MDP = VaultMDP(rooms=3, key_room=1, slip=0.2, horizon=6)
 ACTION_TOKENS = 3
 THRESHOLD = 0.05
+BIG_GAP = 3.0
+"""A compared token this many nats off the trainer fails part (a)'s check (4-bit noise: below 0.4 in 2000 tokens)."""
 ROLLOUT_TRIES = 3
 """Part (a) rolls out again (new seeds) until a group mixes success and failure, at most this often."""
 """The parity monitor's threshold on KL(engine || trainer), nats a token: the library's default, in both parts."""
@@ -316,6 +319,87 @@ async def verify_step(
     return result, recorder, engine, time.perf_counter() - started
 
 
+class TracedMonitor(ParityMonitor):
+    """A :class:`ParityMonitor` that keeps every sample it scored (to look at its largest gaps) and the
+    seconds its scoring took (inside the verification's wall time)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.scored: list[ParitySample] = []
+        self.seconds = 0.0
+
+    async def evaluate(self) -> ParityStats:
+        self.scored.extend(self.pending)
+        started = time.perf_counter()
+        try:
+            return await super().evaluate()
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+def largest_gaps(monitor: TracedMonitor, score: Any, n: int) -> list[tuple[float, ParitySample, int, float]]:
+    """The ``n`` tokens ``monitor`` compared furthest from ``score``'s: ``(gap, sample, position, trainer logprob)``."""
+    gaps = []
+    for sample in monitor.scored:
+        trainer = [float(x) for x in score(sample.context_ids, sample.token_ids)]
+        for i, (e, t) in enumerate(zip(sample.engine_logprobs, trainer, strict=True)):
+            gaps.append((e - t, sample, i, t))
+    return sorted(gaps, key=lambda g: -abs(g[0]))[:n]
+
+
+def server_top(url: str, ids: Sequence[int], n: int = 1000) -> dict[int, float]:
+    """llama-server's logprobs of its ``n`` likeliest next tokens after ``ids``: one request alone, no
+    cached prompt, T=1 and no truncation (the distribution the engine's own sampling draws from)."""
+    import httpx
+
+    body = LlamaServerEngine(url).payload(ids, SamplingParams(max_tokens=1, seed=0))
+    body.update(n_probs=n, post_sampling_probs=True, cache_prompt=False)
+    answer = httpx.post(f"{url}/completion", json=body, timeout=600).json()
+    entries = answer.get("completion_probabilities") or [{}]  # none if the token ends inside a UTF-8 character
+    return {int(p["id"]): math.log(p["prob"]) for p in entries[0].get("top_probs", [])}
+
+
+def trainer_top(model: Any, ids: Sequence[int], n: int = 1000) -> dict[int, float]:
+    """transformers' logprobs of its ``n`` likeliest next tokens after ``ids`` (full softmax, T=1)."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([list(ids)])).logits[0, -1].float()
+    top = torch.log_softmax(logits, -1).topk(n)
+    return {int(i): float(v) for i, v in zip(top.indices, top.values, strict=True)}
+
+
+def explain_gaps(url: str, chat: Chat, model: Any, monitor: TracedMonitor, score: Any, n: int = 3) -> float:
+    """Print the ``n`` largest gaps with both sides' distributions on the same ids, the server's asked
+    again alone: a context the engine did not see shows as the server agreeing with transformers then;
+    quantisation as the server disagreeing again. Returns the largest |gap|."""
+    gaps = largest_gaps(monitor, score, n)
+    for gap, sample, i, trainer in gaps:
+        ids = [*sample.context_ids, *sample.token_ids[:i]]
+        token = sample.token_ids[i]
+        server, ours = server_top(url, ids), trainer_top(model, ids)
+        common = set(server) & set(ours)
+        say(
+            "(a) parity gap",
+            token=repr(chat.tokenizer.decode([token])),
+            position=f"{i + 1}/{len(sample.token_ids)}",
+            context_tokens=len(sample.context_ids),
+            gap=gap,
+            engine=sample.engine_logprobs[i],
+            trainer=trainer,
+            server_alone=f"{server[token]:.4g}" if token in server else f"<{min(server.values(), default=0):.4g}",
+            top1000_max_diff=max(abs(server[t] - ours[t]) for t in common) if common else float("nan"),
+            server_top=top3(chat, server),
+            trainer_top=top3(chat, ours),
+        )
+    return max((abs(g[0]) for g in gaps), default=0.0)
+
+
+def top3(chat: Chat, top: dict[int, float]) -> str:
+    """The three likeliest tokens of ``top`` (logprobs by id, likeliest first) as ``'piece':logprob``."""
+    return " ".join(f"{chat.tokenizer.decode([t])!r}:{v:.2f}" for t, v in list(top.items())[:3])
+
+
 def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, verify_groups: int) -> None:
     from prover_trl.parity import model_score
 
@@ -355,7 +439,7 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
     score = model_score(model, 1.0)
     runs = {}
     for name, slots, concurrency in (("serial", None, 1), ("concurrent", None, 64), ("affinity", 8, 64)):
-        parity = ParityMonitor(score, every=1, seed=0, threshold=THRESHOLD) if name == "affinity" else None
+        parity = TracedMonitor(score, every=1, seed=0, threshold=THRESHOLD) if name == "affinity" else None
         result, recorder, engine, wall = asyncio.run(
             verify_step(url, chat, rows, slots=slots, concurrency=concurrency, k=k, sampling=sampling, parity=parity)
         )
@@ -442,9 +526,13 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
         tokens=int(m["engine_logprob_gap_tokens"]),
         actions=int(m["engine_logprob_gap_actions"]),
         warned=parity.stats.above(THRESHOLD),
+        scoring_s=parity.seconds if isinstance(parity, TracedMonitor) else float("nan"),
     )
     check(m["engine_logprob_gap_tokens"] >= 2, "(a) the monitor compared tokens")
     check(not parity.stats.above(THRESHOLD), "(a) the engine's own sampling does not trip the monitor")
+    assert isinstance(parity, TracedMonitor)
+    biggest = explain_gaps(url, chat, model, parity, score)
+    check(biggest <= BIG_GAP, f"(a) no token the engine sampled is more than {BIG_GAP:g} nats off the trainer")
     wrong = ParityMonitor(score, every=1, seed=0, threshold=THRESHOLD)
     engine = LlamaServerEngine(url, slots=8, logprobs=True, timeout_s=600.0)
     # every rollout row's context before its second action (or its prompt): as many tokens as the run has
@@ -474,6 +562,13 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
         wall_s=time.perf_counter() - t0,
     )
     check(wrong.stats.above(THRESHOLD), "(a) a wrong top_k=5 on the engine trips the monitor")
+    engines = [rollout_engine, *(run[2] for run in runs.values()), engine]
+    say(
+        "(a) answers whose slot ended holding other tokens (llama-server swapped its KV cache mid-request)",
+        count=sum(e.stats.slot_changed for e in engines),
+        of=sum(e.stats.requests for e in engines),
+    )
+    check(all(e.stats.slot_changed == 0 for e in engines), "(a) every answer was sampled from the context sent")
 
     # Delta against a many-sample truth, for the first verified group
     verified = [g for g in result.report.groups if g.verification is not None and g.proposal is not None]

@@ -16,7 +16,10 @@ follows that version where the engine depends on it:
   temperature``);
 * it stops on the end-of-generation id (returned in ``tokens``, ``stop_type: "eos"``) or at
   ``n_predict`` (``"limit"``); ``stop`` strings are not modelled;
-* slots: ``id_slot`` waits for that slot, otherwise the idle slot with the longest common prefix
+* slots: ``id_slot`` waits for that slot (the real server 11434 does not wait harmlessly: with its
+  host-memory prompt cache it swaps another cached prompt into the busy slot under the request in flight,
+  docs/real-model.md; the double leaves that out, and ``tokens_cached`` is always prompt + output - 1),
+  otherwise the idle slot with the longest common prefix
   (similarity > 0.1) or the least recently used one; ``timings.prompt_n`` counts the prompt tokens not
   served from the slot's cache (at least one, as llama.cpp re-evaluates the last token), ``cache_n`` the rest;
 * 400 ``invalid_request_error`` for a prompt that is not token ids of the vocabulary, 400

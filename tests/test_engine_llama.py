@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from prover_core.engine import EnginePolicy, Generation, LlamaServerEngine, SamplingParams
-from prover_core.engine.llama import NEUTRAL, SAMPLER_CHAIN, SlotRouter
+from prover_core.engine.llama import NEUTRAL, SAMPLER_CHAIN, LlamaCompletion, SlotRouter, slot_changed
+from prover_core.engine.openai import OpenAICompletionsEngine
 from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError
 from tests.chat_server import Reply
 from tests.llama_server import EOG, LlamaServer, tiny_logits, tiny_logprobs
@@ -170,7 +171,11 @@ def test_an_answer_without_ids_or_with_mismatched_probabilities_is_refused() -> 
     no_ids = Reply(body={"content": "hi", "tokens": [], "tokens_predicted": 2, "stop_type": "limit"})
     not_llama = Reply(body={"choices": [{"text": "hi"}]})
     mismatch = Reply(
-        body={"tokens": [4, 5], "stop_type": "limit", "completion_probabilities": [{"id": 4, "prob": 0.5}]}
+        body={
+            "tokens": [4, 5],
+            "stop_type": "limit",
+            "completion_probabilities": [{"id": 4, "prob": 0.5}, {"id": 6, "prob": 0.5}],
+        }
     )
     with LlamaServer(faults=[no_ids, not_llama, mismatch]) as server:
         engine = engine_of(server, logprobs=True)
@@ -182,6 +187,39 @@ def test_an_answer_without_ids_or_with_mismatched_probabilities_is_refused() -> 
             run(engine, PROMPT, SamplingParams(max_tokens=2))
     with pytest.raises(EngineError, match="empty prompt"):
         run(engine, [], SamplingParams())
+
+
+def test_a_token_left_out_of_the_probabilities_gives_no_logprobs_rather_than_an_error() -> None:
+    """llama-server adds no probability entry for a token that ends inside a UTF-8 character (part of an
+    emoji): ids [4, 6] of tokens [4, 5, 6] is that, and the generation comes back without logprobs."""
+    split = Reply(
+        body={
+            "content": "ab",
+            "tokens": [4, 5, 6],
+            "stop_type": "limit",
+            "completion_probabilities": [{"id": 4, "prob": 0.5}, {"id": 6, "prob": 0.25}],
+        }
+    )
+    with LlamaServer(faults=[split]) as server:
+        gen = run(engine_of(server, logprobs=True), PROMPT, SamplingParams(max_tokens=3))
+    assert gen.token_ids == (4, 5, 6) and gen.logprobs is None and gen.text == "ab"
+
+
+def test_an_answer_whose_slot_ended_holding_other_tokens_is_counted() -> None:
+    """tokens_cached must be prompt + output - 1 (the last sampled token is never evaluated): 7 + 3 - 1 = 9."""
+
+    def answer(cached: int) -> Reply:
+        body = {"tokens": [4, 5, 6], "stop_type": "limit", "tokens_evaluated": 7, "tokens_predicted": 3}
+        return Reply(body={**body, "tokens_cached": cached})
+
+    with LlamaServer(faults=[answer(9), answer(182), answer(8)]) as server:
+        engine = engine_of(server)
+        for _ in range(3):
+            run(engine, PROMPT, SamplingParams(max_tokens=3))
+        assert engine.stats.slot_changed == 2
+        run(engine, PROMPT, SamplingParams(max_tokens=3))  # the double's own answer: consistent
+    assert engine.stats.slot_changed == 2
+    assert slot_changed(LlamaCompletion(tokens=[], tokens_cached=5, tokens_evaluated=7, tokens_predicted=0)) is False
 
 
 # -- slot affinity ---------------------------------------------------------------------------------
@@ -218,6 +256,67 @@ def test_continuations_sharing_a_prefix_are_pinned_to_one_slot_and_evaluate_only
     assert [len(s) for s in slots.values()] == [1, 1] and slots[tuple(prefixes[0])] != slots[tuple(prefixes[1])]
     # each prefix is evaluated once in full; the three repeats re-evaluate only the last token
     assert engine.stats.prompt_tokens_evaluated == 2 * 31 + 6 * 1
+
+
+class BusySlots(LlamaServer):
+    """The double, counting requests that arrive naming a slot busy with another request (llama-server
+    11434 then swaps a cached prompt into that slot's KV cache under the request in flight)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.pinned_busy = 0
+
+    def answer(self, body: dict[str, Any]) -> Reply:
+        slot = body.get("id_slot", -1)
+        with self._cond:
+            self.pinned_busy += isinstance(slot, int) and slot >= 0 and self.busy[slot % self.slots]
+        return super().answer(body)
+
+
+def test_no_request_is_sent_to_a_slot_while_one_of_the_engines_runs_there() -> None:
+    """Eight routed requests over two slots and four the caller pins to slot 1 itself, all at once."""
+    with BusySlots(slots=2) as server:
+        engine = engine_of(server, slots=2)
+
+        async def main() -> None:
+            routed = [engine.generate([7] * 30 + [s % 2], SamplingParams(max_tokens=2, seed=s)) for s in range(8)]
+            own = [
+                engine.generate(PROMPT, SamplingParams(max_tokens=2, seed=s, extra={"id_slot": 1})) for s in range(4)
+            ]
+            await asyncio.gather(*routed, *own)
+
+        asyncio.run(main())
+    assert len(server.answers) == 12 and server.pinned_busy == 0
+    assert sorted(b["id_slot"] for b in server.requests) == [0] * 4 + [1] * 8
+
+
+def test_requests_pinned_to_one_slot_run_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the HTTP call replaced by one that yields to the event loop, the router puts two of the six
+    requests on each slot and the most in flight on a slot at once is 1 (without the per-slot wait, 2:
+    each call yields before any finishes)."""
+    in_flight: dict[int, int] = {}
+    most: dict[int, int] = {}
+
+    async def call(self: Any, prompt_ids: Any, params: SamplingParams) -> Generation:
+        slot = int(str(params.extra["id_slot"]))
+        in_flight[slot] = in_flight.get(slot, 0) + 1
+        most[slot] = max(most.get(slot, 0), in_flight[slot])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        in_flight[slot] -= 1
+        return Generation((4,))
+
+    monkeypatch.setattr(OpenAICompletionsEngine, "generate", call)
+    engine = LlamaServerEngine("http://127.0.0.1:1", slots=3)
+
+    async def main() -> None:
+        prompts = [[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, 3], [9, 9], [8, 8]]
+        await asyncio.gather(*(engine.generate(p, SamplingParams(max_tokens=1)) for p in prompts))
+
+    asyncio.run(main())
+    assert most == {0: 1, 1: 1, 2: 1} and engine.router is not None and engine.router.busy == [0, 0, 0]
+    asyncio.run(main())  # a second event loop gets locks of its own
+    assert most == {0: 1, 1: 1, 2: 1}
 
 
 # -- through EnginePolicy --------------------------------------------------------------------------

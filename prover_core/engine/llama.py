@@ -18,7 +18,10 @@ per-request ``seed`` and EVERY sampling field, so nothing comes from the server'
 * with ``logprobs=True``: ``n_probs: 1`` and ``post_sampling_probs: true``, so each entry of
   ``completion_probabilities`` carries the ``prob`` of the sampled token under the distribution it was
   actually drawn from (after the chain). Without ``post_sampling_probs`` the server would report the
-  softmax of the raw logits, before temperature and truncation, which hides a wrong ``top_k``.
+  softmax of the raw logits, before temperature and truncation, which hides a wrong ``top_k``. The
+  server leaves out the entry of a token after which the text ends inside a UTF-8 character (part of
+  an emoji, say; ``process_token`` adds probabilities only for complete text): such a generation comes
+  back with ``logprobs=None`` (a parity monitor counts it as unavailable).
 
 Stopping: llama-server has no ``stop_token_ids`` (its ``stop`` takes strings). It always stops on the
 vocabulary's end-of-generation tokens and then returns that token in ``tokens`` (it is absent when the
@@ -31,11 +34,23 @@ Slot affinity: with ``slots=N`` (the server's ``-np``) each request names an ``i
 last prompt shares the longest prefix with this one beyond the prefix common to all requests, else the
 least busy slot (:class:`SlotRouter`).
 Continuations that share a context prefix (the K continuations of a boundary, and each continuation's
-later actions) then reuse one slot's cached prefix instead of evicting each other's; the server queues
-a request until its slot is free. Off by default: on llama-server 11434, which itself picks the idle slot
-with the longest common prefix and keeps a host-memory prompt cache, pinning serialised the
-continuations of a boundary and did not evaluate fewer prompt tokens (docs/real-model.md). A caller
-may pin a slot itself with ``SamplingParams.extra={"id_slot": i}``.
+later actions) then reuse one slot's cached prefix instead of evicting each other's. Off by default, a
+choice made when llama-server 11434 (which itself picks the idle slot with the longest common prefix
+and keeps a host-memory prompt cache) seemed to gain nothing from pinning; those measurements predate
+the wait below, and docs/real-model.md has the figures since. A caller may pin a slot itself with
+``SamplingParams.extra={"id_slot": i}``.
+
+A request that names a slot is sent only when none of this engine's requests is in flight on that slot
+(it waits for it, per event loop). llama-server 11434 does not queue such a request harmlessly:
+``get_available_slot`` takes the named slot even while it is busy and, with the host-memory prompt
+cache on (``--cache-ram``, on by default), saves the busy slot's state and loads into its KV cache the
+cached prompt that matches the new request better, if any, before it defers the request; the
+generation in flight on that slot then goes on from another context (docs/real-model.md: tokens 4-19
+nats off). Requests that other clients pin to the same slots are not seen here: a server shared with
+them needs ``--cache-ram 0``. A request that timed out here may still run on the server until it
+notices the closed connection. An answer whose slot ended holding other tokens than its own prompt and
+output (``tokens_cached != tokens_evaluated + tokens_predicted - 1``) is counted in
+``stats.slot_changed`` and logged once: its tokens were sampled from another context.
 
 Retries, time limits, connection pools and typed errors are :class:`OpenAICompletionsEngine`'s (this
 class only builds another request body and reads another answer): 429/502/503/504 (llama-server answers
@@ -46,13 +61,16 @@ class only builds another request body and reads another answer): 429/502/503/50
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from prover_core.engine.openai import EngineCallStats, OpenAICompletionsEngine
 from prover_core.engine.protocol import Generation, SamplingParams
@@ -71,6 +89,7 @@ NEUTRAL = {
 }
 """llama.cpp samplers outside SamplingParams, switched off (they are also left out of the chain)."""
 _FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
+logger = logging.getLogger(__name__)
 _LAX = ConfigDict(extra="ignore")
 TokenId = Annotated[int, Field(strict=True, ge=0)]
 
@@ -110,6 +129,7 @@ class LlamaCompletion(BaseModel):
     tokens: list[TokenId]
     tokens_predicted: int | None = None
     tokens_evaluated: int | None = None
+    tokens_cached: int | None = None
     stop_type: str | None = None
     id_slot: int | None = None
     completion_probabilities: list[LlamaTokenProb] | None = None
@@ -118,12 +138,14 @@ class LlamaCompletion(BaseModel):
 
 @dataclass
 class LlamaCallStats(EngineCallStats):
-    """Also: prompt tokens sent, evaluated by the server (not served from a slot's cache), and generated."""
+    """Also: prompt tokens sent, evaluated by the server (not served from a slot's cache), and generated;
+    answers whose slot did not end holding their own tokens (:func:`slot_changed`)."""
 
     prompt_tokens: int = 0
     prompt_tokens_evaluated: int = 0
     prompt_tokens_cached: int = 0
     generated_tokens: int = 0
+    slot_changed: int = 0
 
 
 class SlotRouter:
@@ -199,6 +221,9 @@ class LlamaServerEngine(OpenAICompletionsEngine):
         self.repeat_last_n = repeat_last_n
         self.router = SlotRouter(slots) if slots is not None else None
         self.stats: LlamaCallStats = LlamaCallStats()
+        self._slot_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Lock]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __repr__(self) -> str:
         slots = len(self.router.busy) if self.router is not None else None
@@ -238,51 +263,90 @@ class LlamaServerEngine(OpenAICompletionsEngine):
         if len(prompt_ids) == 0:
             raise EngineError("empty prompt: there is no context to continue")
         self.stats.prompt_tokens += len(prompt_ids)
-        if self.router is None or "id_slot" in params.extra:
-            return _stop_at(await super().generate(prompt_ids, params), params.stop_token_ids)
-        slot = self.router.acquire(prompt_ids)
+        router = self.router if "id_slot" not in params.extra else None
+        pinned = params.extra.get("id_slot", -1)
+        slot = router.acquire(prompt_ids) if router is not None else pinned if isinstance(pinned, int) else -1
+        if router is not None:
+            params = replace(params, extra={**params.extra, "id_slot": slot})
         try:
-            pinned = replace(params, extra={**params.extra, "id_slot": slot})
-            generation = await super().generate(prompt_ids, pinned)
+            if slot < 0:
+                generation = await super().generate(prompt_ids, params)
+            else:
+                async with self._slot_lock(slot):  # never two of ours on one slot (see the module doc)
+                    generation = await super().generate(prompt_ids, params)
         finally:
-            self.router.release(slot)
+            if router is not None:
+                router.release(slot)
         return _stop_at(generation, params.stop_token_ids)
 
+    def _slot_lock(self, slot: int) -> asyncio.Lock:
+        """This event loop's lock of ``slot``, held while one of this engine's requests runs there."""
+        locks = self._slot_locks.setdefault(asyncio.get_running_loop(), {})
+        return locks.setdefault(slot, asyncio.Lock())
+
     def _parse(self, response: httpx.Response) -> Generation:
-        try:
-            parsed = LlamaCompletion.model_validate_json(response.content)
-        except ValidationError as exc:
-            kind = response.headers.get("content-type", "?")
-            raise EngineResponseError(
-                f"{self.endpoint} answered with something that is not a llama-server completion ({kind}; "
-                f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}): {self._excerpt(response)}"
-            ) from None
+        parsed = self._answer(response, LlamaCompletion, "a llama-server completion")
         ids = tuple(parsed.tokens)
         if not ids and (parsed.tokens_predicted or 0) > 0:
             raise EngineResponseError(
                 f"{self.endpoint} generated {parsed.tokens_predicted} tokens but returned no ids: the server "
                 "must support `return_tokens` (llama.cpp builds from 2024-12 on)"
             )
-        logprobs = None
+        logprobs: tuple[float, ...] | None = None
         pieces: list[bytes] | None = None
-        probs = parsed.completion_probabilities
         if self.logprobs:
-            if probs is None or [p.id for p in probs] != list(ids):
-                got = None if probs is None else [p.id for p in probs][:8]
-                raise EngineResponseError(
-                    f"{self.endpoint}: completion_probabilities ids {got} do not match the tokens {list(ids)[:8]}"
-                )
-            logprobs = tuple(p.log_prob() for p in probs)
-            if all(p.bytes is not None for p in probs):
-                pieces = [bytes(p.bytes or ()) for p in probs]
+            logprobs, pieces = self._token_logprobs(parsed.completion_probabilities, ids)
         timings = parsed.timings
         if timings is not None:
             self.stats.prompt_tokens_evaluated += timings.prompt_n
             self.stats.prompt_tokens_cached += timings.cache_n
         self.stats.generated_tokens += len(ids)
+        if slot_changed(parsed):
+            self.stats.slot_changed += 1
+            if self.stats.slot_changed == 1:
+                logger.warning(
+                    "%s: a slot's KV cache changed while it generated (tokens_cached %s, expected %s): the tokens "
+                    "were sampled from another context; is another client pinning slots (id_slot) on a server "
+                    "with --cache-ram on?",
+                    self.endpoint,
+                    parsed.tokens_cached,
+                    (parsed.tokens_evaluated or 0) + (parsed.tokens_predicted or 0) - 1,
+                )
         text = b"".join(pieces).decode("utf-8", errors="replace") if pieces is not None else parsed.content
         finish = _FINISH.get(parsed.stop_type or "", parsed.stop_type)
         return Generation(ids, text=text, logprobs=logprobs, finish_reason=finish)
+
+    def _token_logprobs(
+        self, probs: list[LlamaTokenProb] | None, ids: tuple[int, ...]
+    ) -> tuple[tuple[float, ...] | None, list[bytes] | None]:
+        """Each sampled token's logprob and bytes; ``(None, None)`` when the server left out the entries of
+        tokens that end inside a UTF-8 character (their ids a proper subsequence of ``ids``)."""
+        got = None if probs is None else [p.id for p in probs]
+        if probs is not None and got == list(ids):
+            pieces = [bytes(p.bytes or ()) for p in probs] if all(p.bytes is not None for p in probs) else None
+            return tuple(p.log_prob() for p in probs), pieces
+        if got is not None and len(got) < len(ids) and _is_subsequence(got, ids):
+            return None, None
+        raise EngineResponseError(
+            f"{self.endpoint}: completion_probabilities ids {None if got is None else got[:8]} do not match "
+            f"the tokens {list(ids)[:8]}"
+        )
+
+
+def slot_changed(answer: LlamaCompletion) -> bool:
+    """Whether the slot did not end holding this request's prompt and output but the last sampled token
+    (``tokens_cached != tokens_evaluated + tokens_predicted - 1``): its KV cache was replaced while it
+    generated (see the module doc). ``False`` when a count is missing or nothing was generated."""
+    cached, prompt, generated = answer.tokens_cached, answer.tokens_evaluated, answer.tokens_predicted
+    if cached is None or prompt is None or not generated:
+        return False
+    return cached != prompt + generated - 1
+
+
+def _is_subsequence(part: Sequence[int], whole: Sequence[int]) -> bool:
+    """Whether ``part`` is ``whole`` with some items left out (order kept)."""
+    rest = iter(whole)
+    return all(any(x == y for y in rest) for x in part)
 
 
 def _stop_at(generation: Generation, stop_token_ids: Sequence[int]) -> Generation:

@@ -302,7 +302,7 @@ class OpenAICompletionsEngine:
             kind = response.headers.get("content-type", "?")
             raise EngineResponseError(
                 f"{self.endpoint} answered with something that is not {what} ({kind}; "
-                f"{exc.errors()[0]['msg']}): {self._excerpt(response)}"
+                f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}): {self._excerpt(response)}"
             ) from None
 
     # -- retry policy and redaction -------------------------------------------------------------------

@@ -20,9 +20,12 @@ Why the signed mean: numeric noise (bf16 against fp32, a quantised engine) moves
 and its KL is second order in the noise (``gap_mean`` is first order: 0.05 nats a token for a 4-bit
 engine against its dequantised weights, whose KL estimate is 0.003), while a wrong sampling parameter
 shifts every ``d_i`` one way: top-k or top-p truncation gives ``d_i = -log(kept mass) >= 0``, stale
-weights or a re-tokenised context a positive KL. The standard error keeps one rare large ``d_i`` in a
-small sample (a 4.7-nat token among 36 was seen on llama-server) from reading as a systematic gap.
-``kl_se`` treats tokens as independent (tokens of one action are not quite): a rough bound.
+weights or a context the engine did not sample from a positive KL. The standard error keeps a rare
+large ``d_i`` in a small sample from reading as a systematic gap. ``kl_se`` treats tokens as
+independent (tokens of one action are not quite): a rough bound. Tokens 4-19 nats off, once seen on
+llama-server, were not noise but such contexts: the server swapped a slot's KV cache under a request
+in flight (fixed in :class:`~prover_core.engine.LlamaServerEngine`; docs/real-model.md); on the same
+engine without that, no token of 2000 was 0.4 nats off.
 
 Scoring is deferred: :meth:`ParityMonitor.offer` only records, :meth:`ParityMonitor.evaluate` calls
 ``score`` on what was recorded (once per step, after verification, so the trainer's model is free).
