@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -199,7 +200,7 @@ def test_trajectory_carries_spans_state_and_the_pivot() -> None:
     traj = trajectory(win, "t0", "g0")
     assert traj.success and traj.num_turns == 2
     assert [turn.token_span for turn in traj.turns] == win.spans
-    assert traj.turns[0].info == {"state": (0, T.NONE, 0), "pivot": True, "mistake": False}
+    assert traj.turns[0].info == {"state": (0, T.NONE, 0), "pivot": True, "keep": False, "mistake": False}
     assert traj.turns[0].action == "take the key ." and traj.turns[0].observation == (0, 0, T.NONE)
     assert not traj.turns[1].info["pivot"]
 
@@ -304,3 +305,227 @@ def test_only_llm_without_torch_names_the_install(
     assert TORCH_INSTALL in capsys.readouterr().err
     assert main(["bench", "--only", "llm,neural", "--out", "unused"]) == 2
     assert "on its own" in capsys.readouterr().err
+
+
+# --- issue 36: the task variants and the regime check (benchmarks/llm_regime.py) ----------------------------------
+
+
+def _reader(task: T.Task, record: T.Record) -> T.Action:
+    """A policy that sees only the current observation's tokens: in a key room, ``local`` takes iff the item's
+    colour equals the first token (the goal colour), ``marked`` takes iff the item is the word ``goal``; anything
+    else walks on. It cannot know the goal on the ``default`` variant, so it takes every key there."""
+    first, _, item = T.observation_tokens(task, record.final)
+    if task.rooms[record.final.room] >= 0:
+        take = item == first if task.variant == "local" else item == T.TOKEN["goal"] or task.variant == "default"
+        return TAKE if take else SKIP
+    return GO if task.rooms[record.final.room] == T.HALL else OPEN
+
+
+def test_task_variants_change_only_the_observation_tokens() -> None:
+    for i in range(60):
+        base = T.make_task(i)
+        for variant in ("local", "marked"):
+            task = T.make_task(i, variant)
+            assert (task.goal, task.rooms, task.limit, task.variant) == (base.goal, base.rooms, base.limit, variant)
+            assert T.prefix_tokens(task) == T.prefix_tokens(base)
+    assert T.make_task(3, "default") == T.make_task(3)
+    with pytest.raises(ValueError, match="unknown task variant"):
+        T.make_task(0, "nope")
+    task = T.make_task(2)
+    local, marked = T.make_task(2, "local"), T.make_task(2, "marked")
+    goal, other = task.goal_room, next(r for r, c in enumerate(task.rooms) if c >= 0 and c != task.goal)
+    tok = T.TOKEN
+    colour = tok[T.COLOURS[task.goal]]
+    held = T.State(room=other, held=task.goal)
+    # by hand: [room, held, item] / [goal colour, held, item] / [room, held, `goal` in the goal key's room]
+    assert T.observation_tokens(task, T.State(room=goal)) == [tok[f"r{goal}"], tok["none"], colour]
+    assert T.observation_tokens(local, T.State(room=goal)) == [colour, tok["none"], colour]
+    assert T.observation_tokens(marked, T.State(room=goal)) == [tok[f"r{goal}"], tok["none"], tok["goal"]]
+    other_item = tok[T.COLOURS[task.rooms[other]]]
+    assert T.observation_tokens(local, held) == [colour, colour, other_item]
+    assert T.observation_tokens(marked, held) == [tok[f"r{other}"], colour, other_item]
+    assert T.observation_tokens(local, T.State(room=0)) == [colour, tok["none"], tok["hall"]]
+    door = T.State(room=len(task.rooms) - 1)
+    assert T.observation_tokens(marked, door) == [tok[f"r{door.room}"], tok["none"], tok["door"]]
+    # the transitions and the pivot are the variant's too: the same play gives the same episode
+    for variant in ("local", "marked"):
+        v = T.make_task(2, variant)
+        a = _play(task, {"goal": TAKE, "before": SKIP, "after": SKIP})
+        b = _play(v, {"goal": TAKE, "before": SKIP, "after": SKIP})
+        assert a.states == b.states and a.success and b.success and a.actions == b.actions
+        assert not _play(v, {"goal": SKIP, "before": TAKE, "after": TAKE}).success
+        restored = T.restored(b, 3)
+        assert restored.task.variant == variant and restored.tokens == b.tokens[: b.obs_start[3]]
+
+
+def test_the_pivot_is_decided_from_the_current_observation_in_the_local_variants() -> None:
+    """A policy reading only the current observation solves every task of ``local`` and ``marked`` (no slips);
+    on ``default`` the same reader cannot tell the goal key and succeeds only where the goal key is the last."""
+    for i in range(100):
+        for variant in ("local", "marked", "default"):
+            task = T.make_task(i, variant)
+            record = T.start_record(task)
+            while not record.final.done:
+                T.play(record, T.action_tokens(_reader(task, record)), 0.99)
+            last_key = max(r for r, c in enumerate(task.rooms) if c >= 0)
+            assert record.success == (variant != "default" or task.goal_room == last_key)
+
+
+def test_exact_success_of_random_key_choices() -> None:
+    """Exact (all 2^4 take/skip choices over the 4 key rooms, no slips, no waits): success iff the goal key is
+    taken and every later key skipped, so the success rate is 2^-(1 + keys after the goal room); the same on
+    every variant. Averaged over tasks it is about 1/4 x (1/2 + 1/4 + 1/8 + 1/16) = 0.234: the BC start's
+    teacher, before its waits and the turn limit."""
+    import itertools
+
+    rates = []
+    for i in range(40):
+        for variant in T.VARIANTS:
+            task = T.make_task(i, variant)
+            keys = [r for r, c in enumerate(task.rooms) if c >= 0]
+            wins = 0
+            for choice in itertools.product((TAKE, SKIP), repeat=len(keys)):
+                by_room = dict(zip(keys, choice, strict=True))
+                record = T.start_record(task)
+                while not record.final.done:
+                    room = record.final.room
+                    item = task.rooms[room]
+                    action = by_room[room] if item >= 0 else GO if item == T.HALL else OPEN
+                    T.play(record, T.action_tokens(action), 0.99)
+                wins += record.success
+            after = sum(r > task.goal_room for r in keys)
+            assert wins / 16 == 2.0 ** -(1 + after)
+        rates.append(wins / 16)
+    assert abs(np.mean(rates) - 0.234) < 0.06
+
+
+@dataclass
+class _Curve:
+    seed: int
+    success: list[float]
+    group_size: int = 4
+    eval_steps: list[int] = field(default_factory=lambda: [0, 20, 40])
+
+
+def _regime(
+    base: dict[float, float], matched: dict[float, float], start: float = 0.2, seeds: int = 6, spread: float = 0.01
+) -> dict[str, dict[float, list[_Curve]]]:
+    """Hand-made runs: each arm's final success per lr (plus a small per-seed spread), the same start."""
+
+    def arm(finals: dict[float, float], g: int) -> dict[float, list[_Curve]]:
+        return {lr: [_Curve(s, [start, (start + f) / 2, f + spread * (s % 3)], g) for s in range(seeds)]
+                for lr, f in finals.items()}  # fmt: skip
+
+    return {report.BASE: arm(base, 4), report.MATCHED: arm(matched, 6)}
+
+
+def test_the_regime_check_passes_only_when_all_three_criteria_hold() -> None:
+    good = _regime({1e-4: 0.3, 3e-4: 0.4, 1e-3: 0.35}, {1e-4: 0.35, 3e-4: 0.5, 1e-3: 0.45})
+    passed, lines = report.regime_check(good)
+    assert passed and lines[0] == "regime check: pass"
+    assert lines[1].startswith("GRPO learns: yes. At its best lr 0.0003 (G=4)")
+    assert "+0.210 ± " in lines[1]  # 0.41 - 0.2 on average (spread 0, 0.01, 0.02)
+    assert lines[2].startswith("More samples help: yes. Budget-matched GRPO (G=6) at its best lr 0.0003")
+    assert "+0.100 ± 0.000" in lines[2]
+    assert lines[5].startswith("Budget-matched minus GRPO at each lr (paired): lr 0.0001: +0.050 ± 0.000;")
+    # GRPO does not learn (by more than the margin)
+    flat = _regime({1e-4: 0.22, 3e-4: 0.24, 1e-3: 0.23}, {1e-4: 0.35, 3e-4: 0.5, 1e-3: 0.45})
+    passed, lines = report.regime_check(flat)
+    assert not passed and lines[0] == "regime check: fail (GRPO does not learn)"
+    # more samples do not help (the matched arm at its best is below GRPO at its best)
+    same = _regime({1e-4: 0.3, 3e-4: 0.4, 1e-3: 0.35}, {1e-4: 0.3, 3e-4: 0.38, 1e-3: 0.36})
+    passed, lines = report.regime_check(same)
+    assert not passed and lines[0] == "regime check: fail (budget-matched GRPO not above GRPO)"
+    # a best lr on the edge of the grid
+    edge = _regime({1e-4: 0.3, 3e-4: 0.4, 1e-3: 0.45}, {1e-4: 0.35, 3e-4: 0.5, 1e-3: 0.55})
+    passed, lines = report.regime_check(edge)
+    assert not passed and lines[0] == "regime check: fail (a best lr on the grid's edge)"
+    assert "not interior (highest)" in lines[3] and "not interior (highest)" in lines[4]
+    # too few lrs: an interior best needs a grid of 3
+    two = _regime({1e-4: 0.3, 3e-4: 0.4}, {1e-4: 0.35, 3e-4: 0.5})
+    passed, lines = report.regime_check(two)
+    assert not passed and "not interior (too few lrs)" in lines[3]
+    # a noisy difference: the paired CI includes 0
+    noisy = _regime({1e-4: 0.3, 3e-4: 0.4, 1e-3: 0.35}, {1e-4: 0.35, 3e-4: 0.5, 1e-3: 0.45}, spread=0.0)
+    for i, r in enumerate(noisy[report.MATCHED][3e-4]):
+        r.success[-1] = 0.5 + (0.3 if i % 2 else -0.3)  # +0.1 on average, +-0.3 per seed
+    passed, lines = report.regime_check(noisy)
+    assert not passed and "More samples help: no." in lines[2]
+    # every criterion at once, and unpaired seeds
+    passed, lines = report.regime_check(_regime({1e-4: 0.2, 3e-4: 0.21}, {1e-4: 0.1, 3e-4: 0.05}))
+    assert lines[0] == (
+        "regime check: fail (GRPO does not learn; budget-matched GRPO not above GRPO; a best lr on the grid's edge)"
+    )
+    unpaired = _regime({1e-4: 0.3, 3e-4: 0.4, 1e-3: 0.35}, {1e-4: 0.35, 3e-4: 0.5, 1e-3: 0.45})
+    unpaired[report.MATCHED][3e-4] = unpaired[report.MATCHED][3e-4][1:]
+    assert report.regime_check(unpaired) == (False, ["regime check: fail (the two arms' seeds differ: no pairing)"])
+    assert report.regime_check({report.BASE: {}})[0] is False
+
+
+def _load_regime_script() -> object:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "llm_regime.py"
+    spec = importlib.util.spec_from_file_location("llm_regime", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["llm_regime"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_regime_script_keeps_whole_seeds_and_stops_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without torch: the grid rule, the budget-matched size, a deadline's leftovers, and whole seeds only."""
+    import time
+
+    script: Any = _load_regime_script()
+    r1 = script.REGIMES["R1"]
+    assert (r1.variant, r1.optimizer, r1.group_size, r1.matched, r1.tasks_per_step) == ("local", "adam", 4, 6, 4)
+    assert script.Regime("x", "local", "adam", group_size=8).matched == 12
+    monkeypatch.setitem(script.CALIBRATED, "R1", 3e-4)
+    assert script.grid(r1) == pytest.approx((1e-4, 3e-4, 9e-4))
+    with pytest.raises(SystemExit, match="calibrat"):
+        script.grid(script.Regime("x", "local", "sgd"))
+    pool = script.Pool(1, deadline=time.monotonic() + 60)
+    assert list(pool.map(pow, [(2, 3), (3, 2)])) == [8, 9]
+    pool.deadline = time.monotonic() - 1
+    assert list(pool.map(pow, [(2, 3)])) == [None]
+    runs = _regime({1e-4: 0.3, 3e-4: 0.4}, {1e-4: 0.35, 3e-4: 0.5}, seeds=4)
+    runs[report.MATCHED][3e-4] = runs[report.MATCHED][3e-4][:2] + runs[report.MATCHED][3e-4][3:]  # seed 2 missing
+    kept = script.complete(runs)
+    assert {lr: [r.seed for r in rs] for lr, rs in kept[report.BASE].items()} == {1e-4: [0, 1, 3], 3e-4: [0, 1, 3]}
+    assert [r.seed for r in kept[report.MATCHED][3e-4]] == [0, 1, 3]
+
+
+def test_the_judge_counts_what_its_segment_and_a_random_one_hold() -> None:
+    """``train._nomination`` by hand: the pivot, the keep (the second decision), the two-decision successes, and a
+    random admissible segment of the same length drawn as ``SameLengthRandomJudge`` draws it."""
+    from prover_bench.llm.train import StepLog, _nomination
+
+    task = next(
+        t for t in map(T.make_task, range(100)) if t.goal_room < max(r for r, c in enumerate(t.rooms) if c >= 0)
+    )
+    ok = _play(task, {"goal": TAKE, "before": TAKE, "after": SKIP})
+    flags = [(T.is_pivot(task, s, a), T.is_keep(task, s, a)) for s, a in zip(ok.states, ok.actions, strict=True)]
+    pivot = next(t for t, f in enumerate(flags) if f[0])
+    keeps = [t for t, f in enumerate(flags) if f[1]]
+    assert keeps and all(ok.states[t].room > task.goal_room and ok.states[t].held == task.goal for t in keeps)
+    assert not any(f[1] for s, f in zip(ok.states, flags, strict=True) if s.room <= task.goal_room)
+    traj = trajectory(ok, "s", "g")
+    log = StepLog(0, 0, 0, 0, 0.0)
+    _nomination(log, traj, pivot, pivot, np.random.default_rng(0))
+    _nomination(log, traj, keeps[0], keeps[0], np.random.default_rng(0))
+    _nomination(log, traj, 0, 1, np.random.default_rng(0))  # two hall turns
+    assert (log.proposed, log.proposed_turns, log.proposed_pivot, log.proposed_keep) == (3, 4, 1, 1)
+    assert (log.two_decisions, log.two_pivot, log.two_keep) == (3, 1, 1)
+    many = StepLog(0, 0, 0, 0, 0.0)
+    for seed in range(400):
+        _nomination(many, traj, pivot, pivot, np.random.default_rng(seed))
+    assert many.proposed_pivot == 400 and 0 < many.random_pivot < 400 * 3 / traj.num_turns
+    last_key_goal = next(t for t in map(T.make_task, range(100)) if t.goal_room == max(
+        r for r, c in enumerate(t.rooms) if c >= 0))  # fmt: skip
+    one = StepLog(0, 0, 0, 0, 0.0)
+    _nomination(one, trajectory(_play(last_key_goal, {"goal": TAKE, "before": SKIP, "after": SKIP}), "t", "g"),
+                0, 0, np.random.default_rng(0))  # fmt: skip
+    assert one.two_decisions == 0 and one.proposed == 1

@@ -7,6 +7,12 @@ tests/test_bench_llm.py.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -181,3 +187,36 @@ def test_a_job_gives_the_same_run_in_a_spawned_worker_process(start: M.Params, a
         assert [log["data_rows"] for log in here["logs"]] == [16 * log["verified"] for log in here["logs"]]
     else:
         assert sum(log["data_rows"] for log in here["logs"]) == 0
+
+
+def test_task_variants_clone_and_train_on_their_own_observations() -> None:
+    """``variant`` reaches behaviour cloning, the rollouts and the evaluation (issue 36's regime search): the same
+    seed gives other weights and other episodes on ``local`` than on ``default``, and the episodes carry it."""
+    a = TR.behaviour_clone(0, steps=3)
+    b = TR.behaviour_clone(0, steps=3, variant="local")
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    got: list[M.Params] = []
+    run = TR.train_run(TR.Arm("GRPO", group_size=2), b, 0, 1e-3, 1, (1,), 2, 1, 0.0, tasks_per_step=2,
+                       trained=got.append, variant="local")  # fmt: skip
+    assert run.eval_steps == [0, 1] and len(run.logs) == 1
+    recs = E.run(E.episodes(E.Engine(got[0], 4), [T.make_task(1, "marked")], [[0, 1]]))
+    assert recs[0].task.variant == "marked"
+    first = recs[0].obs_start[0]
+    assert recs[0].tokens[first : first + 3] == T.observation_tokens(recs[0].task, T.State())
+
+
+def test_the_gpu_regime_script_runs_its_smoke_mode_on_cpu(tmp_path: Path) -> None:
+    """``scripts/gpu-llm-regime --smoke``: the whole path of the GPU run (BC, both arms at 3 lrs in 2 spawned
+    worker processes, a widening, the verdict first), tiny, on CPU, with this interpreter."""
+    root = Path(__file__).resolve().parents[2]
+    env = os.environ | {"PYTHON": sys.executable, "OUT": str(tmp_path), "WORKERS": "2"}
+    done = subprocess.run([str(root / "scripts" / "gpu-llm-regime"), "--smoke"], env=env, capture_output=True,
+                          text=True, timeout=900, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("regime check: ")
+    assert "GRPO learns: " in done.stdout and "More samples help: " in done.stdout
+    written = tmp_path / "llm-regime-smoke"
+    assert (written / "smoke.md").read_text().startswith("regime check: ")
+    runs = json.loads((written / "smoke.json").read_text())["runs"]
+    assert {r["arm"] for r in runs} == {"GRPO", "GRPO budget-matched"} and {r["seed"] for r in runs} == {0, 1}
+    assert {r["group_size"] for r in runs} == {4, 6} and len({r["lr"] for r in runs}) >= 3

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from prover_bench.llm.tasks import Record, action_text, is_mistake, is_pivot, observation
+from prover_bench.llm.tasks import Record, action_text, is_keep, is_mistake, is_pivot, observation
 from prover_bench.methods import continuation_advantages, step_advantages
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory, Turn
 from prover_core.grpo import group_advantages
@@ -70,7 +70,8 @@ def continuation_turns(boundaries: Sequence[Hashable], records: Sequence[Record]
 
 def trajectory(record: Record, tid: str, gid: str) -> Trajectory:
     """``record`` as the library's :class:`Trajectory`: observations ``(room, item, held)``, the action's text,
-    its token span, and the exact state in ``info`` (what ``continue_from`` restores)."""
+    its token span, the exact state in ``info`` (what ``continue_from`` restores) and whether the turn is the
+    pivot, the keeping of the goal key (``tasks.is_keep``) or a mistake."""
     turns = tuple(
         Turn(
             observation=observation(record.task, s),
@@ -79,6 +80,7 @@ def trajectory(record: Record, tid: str, gid: str) -> Trajectory:
             info={
                 "state": (s.room, s.held, s.turn),
                 "pivot": is_pivot(record.task, s, action),
+                "keep": is_keep(record.task, s, action),
                 "mistake": is_mistake(record.task, s, action),
             },
         )

@@ -196,3 +196,69 @@ def markdown(runs: Runs, title: str, start: Sequence[float], minutes: float) -> 
         sweep(runs),
     ]
     return "\n".join(lines)
+
+
+LEARN_MARGIN = 0.05
+"""The regime check's learning margin: GRPO's held-out success must rise by more than this (lower 95% bound)."""
+
+
+def regime_check(
+    runs: Runs, base: str = BASE, matched: str = MATCHED, margin: float = LEARN_MARGIN, min_lrs: int = 3
+) -> tuple[bool, list[str]]:
+    """The regime check of ``benchmarks/llm_regime.py``: ``(passed, lines)``, the first line ``regime check: pass``
+    or ``regime check: fail (...)``, then the figures behind it. Runs carry ``success`` with the start first.
+
+    It passes when all of these hold: (1) *GRPO learns*: at GRPO's best lr, final held-out success minus the
+    start, paired over seeds, has its lower 95% bound above ``margin``; (2) *more samples help*: budget-matched
+    GRPO at its best lr minus GRPO at its best lr, paired over seeds, has its lower 95% bound above 0; (3) *best
+    lrs interior*: both best lrs lie strictly inside a grid of at least ``min_lrs`` lrs (an edge means the grid
+    must be widened; the check fails until it is).
+    """
+    reasons, lines = [], []
+    for name in (base, matched):
+        if name not in runs or not runs[name]:
+            return False, [f"regime check: fail (no {name} runs)"]
+    b_lr, m_lr = best_lr(runs[base]), best_lr(runs[matched])
+    b_runs, m_runs = _by_seed(runs[base][b_lr]), _by_seed(runs[matched][m_lr])
+    if [r.seed for r in b_runs] != [r.seed for r in m_runs]:
+        return False, ["regime check: fail (the two arms' seeds differ: no pairing)"]
+    gain = mean_ci([r.success[-1] - r.success[0] for r in b_runs])
+    learns = gain[0] - gain[1] > margin
+    lines.append(
+        f"GRPO learns: {'yes' if learns else 'no'}. At its best lr {b_lr:g} (G={b_runs[0].group_size}), held-out "
+        f"success {np.mean([r.success[0] for r in b_runs]):.3f} at the start -> "
+        f"{np.mean([r.success[-1] for r in b_runs]):.3f} at step {b_runs[0].eval_steps[-1]}; final minus start, "
+        f"paired over {len(b_runs)} seeds: {format_pm(gain)} (lower bound {gain[0] - gain[1]:+.3f}; needs > "
+        f"{margin:+.3f})."
+    )
+    if not learns:
+        reasons.append("GRPO does not learn")
+    diff = paired_difference([r.success[-1] for r in m_runs], [r.success[-1] for r in b_runs])
+    helps = diff[0] - diff[1] > 0
+    lines.append(
+        f"More samples help: {'yes' if helps else 'no'}. Budget-matched GRPO (G={m_runs[0].group_size}) at its best lr "
+        f"{m_lr:g} minus GRPO at its best lr {b_lr:g}, final held-out success paired over {len(b_runs)} seeds: "
+        f"{format_pm(diff)} (lower bound {diff[0] - diff[1]:+.3f}; needs > 0)."
+    )
+    if not helps:
+        reasons.append("budget-matched GRPO not above GRPO")
+    interior = []
+    for name, lr in ((base, b_lr), (matched, m_lr)):
+        grid = sorted(runs[name])
+        where = "too few lrs" if len(grid) < min_lrs else edge(runs[name])
+        interior.append(where is None)
+        lines.append(
+            f"{name}: best lr {lr:g} of the grid [{', '.join(f'{x:g}' for x in grid)}]: "
+            + ("interior." if where is None else f"not interior ({where}).")
+        )
+    if not all(interior):
+        reasons.append("a best lr on the grid's edge")
+    per_lr = []
+    for lr in sorted(set(runs[base]) & set(runs[matched])):
+        d = paired_difference(
+            [r.success[-1] for r in _by_seed(runs[matched][lr])], [r.success[-1] for r in _by_seed(runs[base][lr])]
+        )
+        per_lr.append(f"lr {lr:g}: {format_pm(d)}")
+    lines.append("Budget-matched minus GRPO at each lr (paired): " + "; ".join(per_lr) + ".")
+    verdict = "regime check: pass" if not reasons else f"regime check: fail ({'; '.join(reasons)})"
+    return not reasons, [verdict, *lines]

@@ -12,6 +12,15 @@ docs/benchmarks.md, "LLM-shaped benchmark: design"):
 * anything else (``wait .``, an invalid action): stay. A turn is spent either way; the episode fails
   when the turn limit ``T = rooms + ceil(halls / 2) + 2`` is reached.
 
+A task's *variant* (:data:`VARIANTS`) changes only how the observation shows the goal, never the rooms, the
+transitions or the tokens of the prefix and the actions (``benchmarks/llm_regime.py`` uses them):
+
+* ``default`` (the benchmark's): ``[room index, held, item]``; the goal colour is said once, in the prefix;
+* ``local``: ``[goal colour, held, item]``, the goal colour in place of the room index on every turn, so a key
+  room's decision needs only the current observation (is the item's colour the one 2 tokens back?);
+* ``marked``: ``[room index, held, item]`` with the word ``goal`` as the item of the goal key's room (the other
+  key rooms show their colour), so the decision is read off one token.
+
 Only numpy: this module is imported without torch.
 """
 
@@ -35,6 +44,8 @@ MAX_ACTION_TOKENS = 4
 EXPERT_NOISE = 0.1
 """The noisy expert's chance of ``wait .`` in a hall or at the door."""
 TASK_STREAM = 0x7A5C
+VARIANTS = ("default", "local", "marked")
+"""How the observation shows the goal (module docstring); ``default`` is the LLM-shaped benchmark's."""
 
 WORDS = (
     "<pad>",
@@ -64,12 +75,14 @@ actions with an argument; none has one now)."""
 
 @dataclass(frozen=True)
 class Task:
-    """One generated task: its id, goal colour, rooms (``HALL``, ``DOOR`` or a key colour) and turn limit."""
+    """One generated task: its id, goal colour, rooms (``HALL``, ``DOOR`` or a key colour), turn limit, and how
+    its observations show the goal (:data:`VARIANTS`)."""
 
     id: int
     goal: int
     rooms: tuple[int, ...]
     limit: int
+    variant: str = "default"
 
     @property
     def goal_room(self) -> int:
@@ -92,8 +105,11 @@ class State:
 
 
 @lru_cache(maxsize=4096)
-def make_task(task_id: int) -> Task:
-    """The task with this id (deterministic: a pure function of ``task_id``)."""
+def make_task(task_id: int, variant: str = "default") -> Task:
+    """The task with this id (deterministic: a pure function of ``task_id``; the variant changes only the
+    observation tokens, so every variant of an id has the same rooms, goal and limit)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown task variant {variant!r}; choose from {', '.join(VARIANTS)}")
     rng = np.random.default_rng([TASK_STREAM, task_id])
     halls = int(rng.integers(HALLS[0], HALLS[1] + 1))
     n = halls + KEY_ROOMS + 1
@@ -104,7 +120,7 @@ def make_task(task_id: int) -> Task:
     for p, c in zip(places, colours, strict=True):
         rooms[p] = c
     goal = colours[int(rng.integers(KEY_ROOMS))]
-    return Task(task_id, goal, tuple(rooms), n + math.ceil(halls / 2) + 2)
+    return Task(task_id, goal, tuple(rooms), n + math.ceil(halls / 2) + 2, variant)
 
 
 def step(task: Task, state: State, action: Action, u: float) -> State:
@@ -140,8 +156,15 @@ def prefix_tokens(task: Task) -> list[int]:
 
 
 def observation_tokens(task: Task, state: State) -> list[int]:
+    """``[room index, held, item]``; ``local``: the goal colour first; ``marked``: ``goal`` as the goal key's item."""
     room, item, held = observation(task, state)  # the item last: the action follows it
-    return [TOKEN[f"r{room}"], _colour_or(held, "none"), _colour_or(item, "hall" if item == HALL else "door")]
+    first = TOKEN[COLOURS[task.goal]] if task.variant == "local" else TOKEN[f"r{room}"]
+    last = (
+        TOKEN["goal"]
+        if task.variant == "marked" and item == task.goal
+        else _colour_or(item, "hall" if item == HALL else "door")
+    )
+    return [first, _colour_or(held, "none"), last]
 
 
 def action_tokens(action: Action) -> list[int]:
@@ -172,12 +195,14 @@ def action_text(tokens: list[int]) -> str:
     return " ".join(VOCAB[t] for t in tokens)
 
 
-def expert(task: Task, state: State, rng: np.random.Generator) -> Action:
+def expert(task: Task, state: State, rng: np.random.Generator, skill: float = 0.5) -> Action:
     """The noisy expert: ``go``/``open`` with probability 0.9 (else ``wait``), take or skip a key at 1/2
-    whatever its colour."""
+    whatever its colour. With ``skill`` other than 1/2 it takes the goal key with probability ``skill`` and any
+    other key with probability ``1 - skill`` (the same single draw: at 1/2 it is the expert above)."""
     item = task.rooms[state.room]
     if item >= 0:
-        return ("take", NONE) if rng.random() < 0.5 else ("skip", NONE)
+        take = skill if item == task.goal else 1.0 - skill
+        return ("take", NONE) if rng.random() < take else ("skip", NONE)
     if rng.random() < EXPERT_NOISE:
         return "wait", NONE
     return ("go", NONE) if item == HALL else ("open", NONE)
@@ -194,6 +219,13 @@ def solved(task: Task, state: State) -> Action:
 def is_pivot(task: Task, state: State, action: Action) -> bool:
     """The pivotal decision: taking the goal key in its room."""
     return task.rooms[state.room] == task.goal and action == ("take", NONE)
+
+
+def is_keep(task: Task, state: State, action: Action) -> bool:
+    """The second decision of an episode whose goal key room is not the last: holding the goal key in a later
+    key room and not taking that room's key (taking it would replace the goal key)."""
+    item = task.rooms[state.room]
+    return item >= 0 and item != task.goal and state.held == task.goal and action[0] != "take"
 
 
 def is_mistake(task: Task, state: State, action: Action) -> bool:
@@ -254,12 +286,12 @@ def play(record: Record, action_toks: list[int], u: float) -> Record:
     return record
 
 
-def simulate(task: Task, chooser: str, rng: np.random.Generator) -> Record:
-    """An episode of the noisy ``"expert"`` or the ``"solved"`` policy (no model)."""
+def simulate(task: Task, chooser: str, rng: np.random.Generator, skill: float = 0.5) -> Record:
+    """An episode of the noisy ``"expert"`` (with its ``skill`` at key rooms) or the ``"solved"`` policy."""
     record = start_record(task)
     while not record.final.done:
         s = record.final
-        action = expert(task, s, rng) if chooser == "expert" else solved(task, s)
+        action = expert(task, s, rng, skill) if chooser == "expert" else solved(task, s)
         play(record, action_tokens(action), float(rng.random()))
     return record
 

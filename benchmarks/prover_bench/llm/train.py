@@ -66,6 +66,24 @@ class StepLog:
     """Of those, segments holding a decision that made success impossible (``tasks.is_mistake``)."""
     data_rows: int = 0
     """Continuations added to the loss as training data."""
+    proposed: int = 0
+    """The judge's nominations (positive credit: a segment of a group's representative success) and what they hold:
+    their turns, the pivot (``tasks.is_pivot``), the keeping of the goal key (``tasks.is_keep``); the ``random_``
+    counts are those of one uniformly random admissible segment of the same length on the same success."""
+    proposed_turns: int = 0
+    proposed_pivot: int = 0
+    proposed_keep: int = 0
+    random_pivot: int = 0
+    random_keep: int = 0
+    two_decisions: int = 0
+    """Nominations on a success that needed two decisions (a key room after the goal key's), and of those the ones
+    holding the pivot and the ones holding the keep."""
+    two_pivot: int = 0
+    two_keep: int = 0
+    credit: float = 0.0
+    """Accepted positive credit summed over the credited turns (``lam * Delta`` per turn), and the part of it on
+    turns that are neither the pivot nor a keep."""
+    credit_elsewhere: float = 0.0
 
 
 @dataclass
@@ -151,8 +169,12 @@ def with_continuations(
     return tokens, mask, torch.cat([F.pad(adv, (0, length - adv.shape[1])), extra])
 
 
-def behaviour_clone(seed: int, steps: int = 300, batch: int = 16, lr: float = 3e-3) -> M.Params:
-    """Next-token cross-entropy on the noisy expert's action tokens (token-mean), Adam, one-cycle lr schedule."""
+def behaviour_clone(
+    seed: int, steps: int = 300, batch: int = 16, lr: float = 3e-3, variant: str = "default", skill: float = 0.5
+) -> M.Params:
+    """Next-token cross-entropy on the noisy expert's action tokens (token-mean), Adam, one-cycle lr schedule, on
+    the training tasks of ``variant`` (``tasks.VARIANTS``; the same draws for every variant); ``skill``: the
+    expert's chance of the right choice in a key room (``tasks.expert``; 1/2: it cannot tell the goal key)."""
     import torch
 
     torch.manual_seed(seed)
@@ -161,7 +183,9 @@ def behaviour_clone(seed: int, steps: int = 300, batch: int = 16, lr: float = 3e
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     rng = np.random.default_rng([seed, 7])
     for _ in range(steps):
-        recs = [simulate(make_task(int(rng.integers(TRAIN_TASKS))), "expert", rng) for _ in range(batch)]
+        recs = [
+            simulate(make_task(int(rng.integers(TRAIN_TASKS)), variant), "expert", rng, skill) for _ in range(batch)
+        ]
         tokens, mask = token_rows(recs)
         lp = token_logp(params, tokens)
         loss = -(lp * mask).sum() / mask.sum()
@@ -172,10 +196,10 @@ def behaviour_clone(seed: int, steps: int = 300, batch: int = 16, lr: float = 3e
     return params
 
 
-def evaluate(params: M.Params, tasks: int, samples: int, seed: int) -> float:
+def evaluate(params: M.Params, tasks: int, samples: int, seed: int, variant: str = "default") -> float:
     """Held-out success: ``samples`` episodes on each of ``tasks`` held-out tasks (seeds shared across arms)."""
     engine = Engine(params, slots=tasks * samples)
-    ts = [make_task(HELD_OUT + j) for j in range(tasks) for _ in range(samples)]
+    ts = [make_task(HELD_OUT + j, variant) for j in range(tasks) for _ in range(samples)]
     seeds = [[seed, 99_999, i] for i in range(len(ts))]
     recs: list[Record] = run(episodes(engine, ts, seeds))
     return float(np.mean([r.success for r in recs]))
@@ -211,29 +235,56 @@ async def _prover_credit(
     config = ProverConfig(k=arm.k, sampling=arm.sampling, seed=seed, max_concurrency=256, negative_credit=arm.negative)
     result = await acompute_bonus(trajectories, judge=judge, config=config, continue_from=continue_from)
     by_tid = {t.id: t for t in trajectories}
-    for rec in result.report.groups:
+    for g, rec in enumerate(result.report.groups):
         if rec.verification is not None:
             log.verified += 1
+        if rec.proposal is not None and rec.trajectory_id and rec.direction == "gain":
+            _nomination(log, by_tid[rec.trajectory_id], rec.proposal.segment.start, rec.proposal.segment.end,
+                        np.random.default_rng([seed, step, g, 5]))  # fmt: skip
         if rec.status == "accepted" and rec.proposal is not None and rec.trajectory_id:
             seg = rec.proposal.segment
             turns = [by_tid[rec.trajectory_id].turns[x] for x in range(seg.start, seg.end + 1)]
             if rec.direction == "gain":
                 log.accepted += 1
                 log.accepted_on_pivot += any(turn.info["pivot"] for turn in turns)
+                bonus = config.lam * (rec.verification.delta if rec.verification is not None else 0.0)
+                log.credit += bonus * len(turns)
+                log.credit_elsewhere += bonus * sum(not (t.info["pivot"] or t.info["keep"]) for t in turns)
             else:
                 log.debited += 1
                 log.debited_on_mistake += any(turn.info["mistake"] for turn in turns)
     return np.stack([result.token_advantages(t.id, length) for t in trajectories]), continuations
 
 
+def _nomination(log: StepLog, success: Trajectory, start: int, end: int, rng: np.random.Generator) -> None:
+    """Count what the judge's segment ``[start, end]`` of ``success`` holds, and what a random one of its length
+    (a uniform admissible start, nonterminal end) would have held."""
+    width = end - start + 1
+    r = int(rng.integers(0, max(success.num_turns - 1 - width, 0) + 1))
+    seg, rand = success.turns[start : end + 1], success.turns[r : r + width]
+    log.proposed += 1
+    log.proposed_turns += width
+    log.proposed_pivot += any(t.info["pivot"] for t in seg)
+    log.proposed_keep += any(t.info["keep"] for t in seg)
+    log.random_pivot += any(t.info["pivot"] for t in rand)
+    log.random_keep += any(t.info["keep"] for t in rand)
+    if any(t.info["keep"] for t in success.turns):
+        log.two_decisions += 1
+        log.two_pivot += any(t.info["pivot"] for t in seg)
+        log.two_keep += any(t.info["keep"] for t in seg)
+
+
 def train_run(
     arm: Arm, start: M.Params, seed: int, lr: float, steps: int, eval_at: Sequence[int], eval_tasks: int,
     eval_samples: int, start_success: float, tasks_per_step: int = TASKS_PER_STEP,
-    trained: Callable[[M.Params], None] | None = None,
+    trained: Callable[[M.Params], None] | None = None, variant: str = "default",
+    on_eval: Callable[[int, M.Params], None] | None = None,
 ) -> LLMRun:  # fmt: skip
     """``steps`` optimizer steps of ``arm`` from ``start``; held-out success at ``eval_at`` (step 0 given).
 
-    ``trained``, if given, receives the final weights (for diagnostics; the run's figures do not include them).
+    ``trained``, if given, receives the final weights (for diagnostics; the run's figures do not include them);
+    ``on_eval`` the step and the weights at each of ``eval_at`` (the same). ``variant``: the tasks' variant
+    (``tasks.VARIANTS``), for training and held-out evaluation alike.
     """
     import torch
 
@@ -251,7 +302,7 @@ def train_run(
     env_steps = tokens_spent = 0
     for step in range(1, steps + 1):
         ts = time.perf_counter()
-        tasks = [make_task(t) for t in step_tasks(seed, step, tasks_per_step) for _ in range(arm.group_size)]
+        tasks = [make_task(t, variant) for t in step_tasks(seed, step, tasks_per_step) for _ in range(arm.group_size)]
         seeds = [[seed, 1000 + step, i] for i in range(len(tasks))]
         records: list[Record] = run(episodes(engine, tasks, seeds))
         groups = [records[g * arm.group_size : (g + 1) * arm.group_size] for g in range(tasks_per_step)]
@@ -283,7 +334,9 @@ def train_run(
         out.logs.append(log)
         if step in eval_at:
             out.eval_steps.append(step)
-            out.success.append(evaluate(params, eval_tasks, eval_samples, seed))
+            out.success.append(evaluate(params, eval_tasks, eval_samples, seed, variant))
+            if on_eval is not None:
+                on_eval(step, params)
             out.env_steps.append(env_steps)
             out.policy_tokens.append(tokens_spent)
     out.seconds = time.perf_counter() - t0
