@@ -156,6 +156,22 @@ stability. Eight seeds cannot size a rare event, so:
   seeds that finished in every cell (seeds in order from 8); fewer than 8 seeds would be reported as too few to
   decide. ``scripts/gpu-llm-regime`` runs R12's check on 32 further seeds (32-63) where a GPU machine is lent.
 * R8 and R10 keep their place after it.
+
+Note, 2026-12-04, after R12, R8 and R10 (all fail) and before any other regime ran
+----------------------------------------------------------------------------------
+
+R12 failed criterion 2 (+0.056 ± 0.113; budget-matched above GRPO at every lr of its grid, but its best lr 1e-3 is
+where 2 of 24 seeds collapse), R8 both (`local` with the weak start hardly learns: +0.055 ± 0.043 in 20 steps), and
+R10 criterion 1 only: on the benchmark's own task from the weak start, budget-matched GRPO at its best lr is above
+GRPO at its best lr (+0.018 ± 0.013, lower bound +0.005), but GRPO gains only +0.040 ± 0.019 in 20 steps (lower
+bound +0.021, needs > 0.05). The registered list is done. One regime more, the last on this machine:
+
+* **R13**: R10 unchanged (the benchmark's task `default`, the skill-0.65 start of 1000 BC steps, SGD, G = 4 vs 6, 4
+  tasks per step) at **40 steps** (evaluations at 20 and 40, the step count of R1-R6), on R10's seeds 0-7 and its
+  final grid {1/3, 1, 3, 9} (the calibration's best lr 3 and R10's widening), widened once more if a best lr is on
+  an edge. The check and its criteria are unchanged.
+* If R13 passes, the ProVer comparison runs there as registered, with a budget of 40 minutes (``--budget 2400``)
+  and the rule of the note on R12 (fewer than 8 seeds finished: too few to decide).
 """
 
 from __future__ import annotations
@@ -254,6 +270,7 @@ REGIMES = {
         _sharp("R9", "marked", "adam", "`marked`, a start that tells the goal key weakly, Adam, G = 4 vs 6"),
         _sharp("R10", "default", "sgd", "the benchmark's task, a start that tells the goal key weakly, SGD"),
         dataclasses.replace(_sharp("R12", "marked", "adam", "R9 on 24 fresh seeds, 8-31"), seeds=tuple(range(8, 32))),
+        dataclasses.replace(_sharp("R13", "default", "sgd", "R10 at 40 steps"), steps=40, eval_at=(20, 40)),
         dataclasses.replace(
             _sharp("R11", "marked", "sgd", "R7 stopped at 10 steps, on fresh seeds 8-15"),
             steps=10,
@@ -271,6 +288,9 @@ CALIBRATED: dict[str, float] = {
     "R11": 1.0,  # R7's calibration, its step-10 column (the note on R11)
     "R9": 1e-3,  # --calibrate R9 (2026-12-04): best of {1e-4, 3e-4, 1e-3, 3e-3}
     "R12": 1e-3 / 3,  # R9's best lr after its widening (the note on R12)
+    "R8": 1.0,  # --calibrate R8 (2026-12-04): best of {0.3, 1, 3, 10}
+    "R10": 3.0,  # --calibrate R10 (2026-12-04): best of {0.3, 1, 3, 10}
+    "R13": 3.0,  # R10's calibration (the note on R13; its grid is given with --lrs: R10's final grid)
 }
 """The calibration's best GRPO lr per regime, filled in from ``--calibrate`` runs (dated in the comments)."""
 
