@@ -191,7 +191,7 @@ import numpy as np
 
 from prover_bench.llm import report
 from prover_bench.llm.engine import threads
-from prover_bench.llm.train import Arm, LLMRun, behaviour_clone, evaluate, train_run
+from prover_bench.llm.train import Arm, LLMRun, StepLog, behaviour_clone, evaluate, train_run
 from prover_bench.progress import mean_ci
 from prover_bench.tables import markdown_table
 from prover_core.config import ProverConfig
@@ -630,6 +630,24 @@ def comparison_report(runs: Runs, title: str, start_success: Sequence[float], mi
     ])  # fmt: skip
 
 
+def pooled(paths: Sequence[str | Path]) -> Runs:
+    """The runs of several ``regime-*.json`` files of one regime (each call of ``scripts/gpu-llm-regime`` writes one,
+    on its own seeds) as one set: lrs read to 6 significant digits (``--lrs 0.000333333`` and the grid's 1e-3 / 3
+    are one lr), a run of the same (arm, lr, seed) in two files refused, only the seeds every cell holds kept."""
+    runs: Runs = {}
+    seen: set[tuple[str, float, int]] = set()
+    for path in paths:
+        for raw in json.loads(Path(path).read_text())["runs"]:
+            lr = float(f"{raw['lr']:.6g}")
+            key = (raw["arm"], lr, raw["seed"])
+            if key in seen:
+                raise SystemExit(f"{path}: {key[0]} lr {lr:g} seed {key[2]} is in two of the files: pool other seeds")
+            seen.add(key)
+            run = LLMRun(**(raw | {"lr": lr, "logs": [StepLog(**log) for log in raw["logs"]]}))
+            runs.setdefault(run.arm, {}).setdefault(lr, []).append(run)
+    return complete(runs)
+
+
 def dump(path: Path, runs: Runs, extra: dict[str, Any]) -> None:
     path.write_text(
         json.dumps(
@@ -647,6 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--trace", choices=sorted(REGIMES), help="one GRPO run's held-out action mix every 5 steps")
     what.add_argument("--smoke", nargs="?", const="R7", help="a tiny run of a regime's whole path (a test)")
     what.add_argument("--compare", choices=sorted(REGIMES), help="the ProVer comparison in a regime (item 2, 3)")
+    what.add_argument("--pool", nargs="+", metavar="JSON", help="the check over several runs' regime-*.json files")
     parser.add_argument("--tiny", action="store_true", help="--compare at the smoke size (a test)")
     parser.add_argument("--seeds", type=int, help="N seeds from --first-seed (default: the regime's 8)")
     parser.add_argument("--first-seed", type=int, help="the first of --seeds (default: the regime's first)")
@@ -661,7 +680,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", default="/tmp/llm-regime-starts", help="BC starts by seed and variant ('' = none)")
     parser.add_argument("--out", default="/tmp/llm-regime")
     args = parser.parse_args(argv)
-    threads()
     t0 = time.perf_counter()
     deadline = time.monotonic() + args.budget if args.budget else None
     out = Path(args.out)
@@ -669,6 +687,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = args.cache or None
     command = "python benchmarks/llm_regime.py " + " ".join(sys.argv[1:] if argv is None else argv)
     runs: Runs = {}
+    if args.pool:
+        runs = pooled(args.pool)
+        _, lines = report.regime_check(runs)
+        seeds = sorted({r.seed for rs in runs.get(report.BASE, {}).values() for r in rs})
+        text = "\n".join([lines[0], *(f"- {line}" for line in lines[1:]), "", f"Pooled from {len(args.pool)} files, "
+                          f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): `{command}`"])  # fmt: skip
+        (out / "pooled.md").write_text(text + "\n")
+        print(text)
+        return 0
+    threads()
     if args.trace:
         regime = REGIMES[args.trace]
         regime = dataclasses.replace(regime, bc_steps=args.bc_steps or regime.bc_steps,

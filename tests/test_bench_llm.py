@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -529,3 +530,42 @@ def test_the_judge_counts_what_its_segment_and_a_random_one_hold() -> None:
     _nomination(one, trajectory(_play(last_key_goal, {"goal": TAKE, "before": SKIP, "after": SKIP}), "t", "g"),
                 0, 0, np.random.default_rng(0))  # fmt: skip
     assert one.two_decisions == 0 and one.proposed == 1
+
+
+def test_the_check_pools_the_runs_of_several_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pool``: two calls' JSON files on other seeds are one set; ``1e-3 / 3`` and ``0.000333333`` are one lr; a
+    run in two files is refused; the verdict comes first (by hand: +0.1 on every seed, GRPO +0.2 from 0.2)."""
+    import dataclasses
+    import json
+
+    from prover_bench.llm.train import LLMRun, StepLog
+
+    script: Any = _load_regime_script()
+
+    def runs(seeds: range, third: float) -> list[LLMRun]:
+        out = []
+        for seed in seeds:
+            for lr, gain in ((1e-4, 0.1), (third, 0.2), (1e-3, 0.15)):
+                for arm, g, extra in ((report.BASE, 4, 0.0), (report.MATCHED, 6, 0.1)):
+                    final = 0.2 + gain + extra + 0.01 * (seed % 3)
+                    out.append(
+                        LLMRun(arm, seed, lr, g, [0, 20], [0.2, final], [0, 9], [0, 90], [StepLog(1, 0, 0, 0, 0.0)])
+                    )
+        return out
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"runs": [dataclasses.asdict(r) for r in runs(range(0, 3), 1e-3 / 3)]}))
+    b.write_text(json.dumps({"runs": [dataclasses.asdict(r) for r in runs(range(3, 6), 0.000333333)]}))
+    pooled = script.pooled([a, b])
+    assert sorted(pooled[report.BASE]) == [1e-4, 0.000333333, 1e-3]
+    assert [r.seed for r in pooled[report.MATCHED][0.000333333]] == [0, 1, 2, 3, 4, 5]
+    assert isinstance(pooled[report.BASE][1e-4][0].logs[0], StepLog)
+    with pytest.raises(SystemExit, match="in two of the files"):
+        script.pooled([a, a])
+    assert script.main(["--pool", str(a), str(b), "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("regime check: pass\n")
+    assert (
+        "+0.210 ± " in text and "+0.100 ± 0.000" in text and "Pooled from 2 files, 6 seeds (0, 1, 2, 3, 4, 5)" in text
+    )
+    assert (tmp_path / "pooled.md").read_text() == text
