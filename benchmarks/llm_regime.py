@@ -630,6 +630,17 @@ def comparison_report(runs: Runs, title: str, start_success: Sequence[float], mi
     ])  # fmt: skip
 
 
+def seeded(size: Size, regime: Regime, n: int | None, first: int | None, own: bool = True) -> Size:
+    """``size`` on the regime's own seeds (when it has them and ``own``), or ``n`` seeds from ``first`` (default:
+    the first of those)."""
+    if regime.seeds and own:
+        size = dataclasses.replace(size, seeds=regime.seeds)
+    if n:
+        start = size.seeds[0] if first is None else first
+        size = dataclasses.replace(size, seeds=tuple(range(start, start + n)))
+    return size
+
+
 def pooled(paths: Sequence[str | Path]) -> Runs:
     """The runs of several ``regime-*.json`` files of one regime (each call of ``scripts/gpu-llm-regime`` writes one,
     on its own seeds) as one set: lrs read to 6 significant digits (``--lrs 0.000333333`` and the grid's 1e-3 / 3
@@ -723,11 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.compare:
             regime = REGIMES[args.compare]
             size = dataclasses.replace(SMOKE if args.tiny else CHECK, widen=0, eval_every=1 if args.tiny else 5)
-            if regime.seeds and not args.tiny:
-                size = dataclasses.replace(size, seeds=regime.seeds)
-            if args.seeds:
-                first = size.seeds[0] if args.first_seed is None else args.first_seed
-                size = dataclasses.replace(size, seeds=tuple(range(first, first + args.seeds)))
+            size = seeded(size, regime, args.seeds, args.first_seed, own=not args.tiny)
             lrs = [float(x) for x in args.lrs.split(",")] if args.lrs else grid(regime)
             arms = [(report.BASE, regime.group_size), (report.MATCHED, regime.matched),
                     *((name, regime.group_size) for name in PROVER_K)]  # fmt: skip
@@ -741,11 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             regime = REGIMES[args.smoke or args.regime]
             size = SMOKE if args.smoke else CHECK
-            if regime.seeds and not args.smoke:
-                size = dataclasses.replace(size, seeds=regime.seeds)
-            if args.seeds:
-                first = size.seeds[0] if args.first_seed is None else args.first_seed
-                size = dataclasses.replace(size, seeds=tuple(range(first, first + args.seeds)))
+            size = seeded(size, regime, args.seeds, args.first_seed, own=not args.smoke)
             if args.no_widen:
                 size = dataclasses.replace(size, widen=0)
             if args.lrs:

@@ -30,6 +30,7 @@ from prover_bench.llm.credit import (
 from prover_bench.methods import step_advantages
 from prover_core.data import Decline, Proposal, Segment, SegmentRules
 from prover_core.judges import AnchorJudge
+from tests.conftest import load_script
 
 GO, TAKE, SKIP, OPEN = ("go", -1), ("take", -1), ("skip", -1), ("open", -1)
 
@@ -463,24 +464,15 @@ def test_the_regime_check_passes_only_when_all_three_criteria_hold() -> None:
     assert report.regime_check({report.BASE: {}})[0] is False
 
 
-def _load_regime_script() -> object:
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "llm_regime.py"
-    spec = importlib.util.spec_from_file_location("llm_regime", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["llm_regime"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+def _load_regime_script() -> Any:
+    return load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "llm_regime.py", "llm_regime")
 
 
 def test_the_regime_script_keeps_whole_seeds_and_stops_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without torch: the grid rule, the budget-matched size, a deadline's leftovers, and whole seeds only."""
     import time
 
-    script: Any = _load_regime_script()
+    script = _load_regime_script()
     r1 = script.REGIMES["R1"]
     assert (r1.variant, r1.optimizer, r1.group_size, r1.matched, r1.tasks_per_step) == ("local", "adam", 4, 6, 4)
     assert script.Regime("x", "local", "adam", group_size=8).matched == 12
@@ -540,7 +532,7 @@ def test_the_check_pools_the_runs_of_several_files(tmp_path: Path, capsys: pytes
 
     from prover_bench.llm.train import LLMRun, StepLog
 
-    script: Any = _load_regime_script()
+    script = _load_regime_script()
 
     def runs(seeds: range, third: float) -> list[LLMRun]:
         out = []

@@ -62,6 +62,7 @@ class only builds another request body and reads another answer): 429/502/503/50
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import weakref
@@ -269,11 +270,9 @@ class LlamaServerEngine(OpenAICompletionsEngine):
         if router is not None:
             params = replace(params, extra={**params.extra, "id_slot": slot})
         try:
-            if slot < 0:
+            # never two of ours on one slot (see the module doc)
+            async with self._slot_lock(slot) if slot >= 0 else contextlib.nullcontext():
                 generation = await super().generate(prompt_ids, params)
-            else:
-                async with self._slot_lock(slot):  # never two of ours on one slot (see the module doc)
-                    generation = await super().generate(prompt_ids, params)
         finally:
             if router is not None:
                 router.release(slot)
@@ -310,7 +309,7 @@ class LlamaServerEngine(OpenAICompletionsEngine):
                     "with --cache-ram on?",
                     self.endpoint,
                     parsed.tokens_cached,
-                    (parsed.tokens_evaluated or 0) + (parsed.tokens_predicted or 0) - 1,
+                    expected_cached(parsed),
                 )
         text = b"".join(pieces).decode("utf-8", errors="replace") if pieces is not None else parsed.content
         finish = _FINISH.get(parsed.stop_type or "", parsed.stop_type)
@@ -333,14 +332,19 @@ class LlamaServerEngine(OpenAICompletionsEngine):
         )
 
 
+def expected_cached(answer: LlamaCompletion) -> int | None:
+    """The tokens a slot holds after this request: its prompt and output but the last sampled token (never
+    evaluated), ``tokens_evaluated + tokens_predicted - 1``; ``None`` when a count is missing or nothing was
+    generated."""
+    prompt, generated = answer.tokens_evaluated, answer.tokens_predicted
+    return None if prompt is None or not generated else prompt + generated - 1
+
+
 def slot_changed(answer: LlamaCompletion) -> bool:
-    """Whether the slot did not end holding this request's prompt and output but the last sampled token
-    (``tokens_cached != tokens_evaluated + tokens_predicted - 1``): its KV cache was replaced while it
+    """Whether the slot did not end holding :func:`expected_cached` tokens: its KV cache was replaced while it
     generated (see the module doc). ``False`` when a count is missing or nothing was generated."""
-    cached, prompt, generated = answer.tokens_cached, answer.tokens_evaluated, answer.tokens_predicted
-    if cached is None or prompt is None or not generated:
-        return False
-    return cached != prompt + generated - 1
+    expected = expected_cached(answer)
+    return answer.tokens_cached is not None and expected is not None and answer.tokens_cached != expected
 
 
 def _is_subsequence(part: Sequence[int], whole: Sequence[int]) -> bool:
