@@ -3,6 +3,8 @@
     python benchmarks/llm_regime.py --calibrate local,adam [--workers 2] [--out /tmp/llm-regime]
     python benchmarks/llm_regime.py --regime R1 [--seeds 8] [--workers 2] [--out /tmp/llm-regime]
     python benchmarks/llm_regime.py --smoke                      # a tiny run of the whole path (about a minute)
+    python benchmarks/llm_regime.py --rank R12 [--workers 2]     # ProVer ranked at one shared lr (issue 42; resumes)
+    python benchmarks/llm_regime.py --rank R12 --report-only     # the report of the seeds finished so far
 
 A credit-assignment method can only pay where the gradient's noise limits learning, that is where more samples
 per step clearly help. The LLM-shaped benchmark (``prover bench --only llm``) is not such a regime: its first
@@ -172,6 +174,43 @@ bound +0.021, needs > 0.05). The registered list is done. One regime more, the l
   an edge. The check and its criteria are unchanged.
 * If R13 passes, the ProVer comparison runs there as registered, with a budget of 40 minutes (``--budget 2400``)
   and the rule of the note on R12 (fewer than 8 seeds finished: too few to decide).
+
+Note, 2026-12-05, the ranking at one shared lr (issue 42), written before its first run
+-------------------------------------------------------------------------------------
+
+R13 failed as well (docs/benchmarks.md). The search above asks whether more samples help *when each arm takes its own
+best lr*; a user adopting ProVer asks something else: keep a GRPO recipe that works and add ProVer at the same
+settings, or spend the same extra compute on more samples? The paper compares every method at one shared set of
+hyperparameters. R12 showed that question has a regime here (budget-matched minus GRPO at a fixed lr: +0.028 ± 0.015
+at 1.1e-4, +0.040 ± 0.021 at 3.3e-4, 24 seeds). ``--rank R12`` ranks ProVer there:
+
+* **Regime**: R12 unchanged (``marked``, the skill-0.65 start of 1000 BC steps, Adam, 4 tasks per step, 20 steps,
+  G = 4, budget-matched G' = 6, held-out evaluation on 128 tasks x 2), with evaluations every 5 steps, as the
+  comparison's design registered (docs/benchmarks.md "ProVer in the regime: design"), for the interpolation at equal
+  tokens and time; the final figure (step 20) is the check's.
+* **lr**: 3.33e-4 (``RANK_LR``, GRPO's best in R12) for every arm; secondary: 1.11e-4 for GRPO, budget-matched GRPO
+  and the ProVer default only. No other lr is run.
+* **Seeds** 32-79 (48 paired seeds, none used before). Each (seed, lr) is one job: the BC start, then every arm in
+  turn; the worker writes it to ``benchmarks/results/llm-rank/R12-lr<lr>-seed<seed>.json`` when done, and a rerun
+  skips the files there, so a stopped run resumes where it stopped. All primary seeds are queued before any
+  secondary one (if the design does not fit, the secondary lr is cut first, never a primary seed).
+* **Stage 1**, printed first: ``regime check (fixed lr): pass|fail (...)`` (``report.fixed_lr_check``): GRPO
+  learns (final minus start, lower 95% bound above 0.05) and budget-matched GRPO minus GRPO at the same lr has its
+  lower 95% bound above 0.
+* **Stage 2, the arms** (whatever stage 1 shows): GRPO; budget-matched GRPO; ProVer default (``ChoiceJudge()``,
+  ``ProverConfig()``: K = 4); the paper's K = 8; K = 2; the default with its continuations as training data
+  (``Arm.continuation_data``); the default with an oracle judge that nominates the pivot (``credit.OracleJudge``).
+* **Comparisons**: each ProVer arm against GRPO and against budget-matched GRPO, paired over seeds, mean ± 95% CI,
+  per optimizer step, at equal policy tokens and at equal training time (``comparison_report``).
+* **Verdict per arm** (``report.rank_verdict``), one line each: *pays* if above budget-matched GRPO at equal policy
+  tokens with the 95% CI above 0; *loses* if below with the CI below 0; else *ties at this size*. Until all 48
+  seeds are in, the report says it is provisional; the README states the verdict only from all 48.
+* **The judge** at the default arm: the nomination table of the comparison (pivot, keep, random segments of the
+  same lengths, two-decision episodes, credit on other turns).
+* **Cost** (estimated before the run from the figures above: a BC start 110 s, a 20-step run with 4 evaluations
+  about 28 s, a ProVer run about 35 s): a seed about 5.5 minutes of one core at the primary lr and 1.5 more at the
+  secondary; 48 seeds about 5.5 hours of one core, 3-4 hours with 2 workers on this 2-core machine: more than one
+  session, hence the per-seed files.
 """
 
 from __future__ import annotations
@@ -190,6 +229,7 @@ from typing import Any
 import numpy as np
 
 from prover_bench.llm import report
+from prover_bench.llm.credit import OracleJudge
 from prover_bench.llm.engine import threads
 from prover_bench.llm.train import Arm, LLMRun, StepLog, behaviour_clone, evaluate, train_run
 from prover_bench.progress import mean_ci
@@ -336,10 +376,23 @@ PROVER_K = {DEFAULT: ProverConfig().k, PAPER: 8, CHEAPEST: 2}
 default judge (``ChoiceJudge``) and everything else ``ProverConfig()``'s (curtailment included)."""
 
 
+DATA = "ProVer default, continuations as training data"
+ORACLE = "ProVer default, oracle judge (the pivot)"
+"""The ranking's two further ProVer arms (issue 42): the default with every continuation trained on as well
+(``Arm.continuation_data``), and the default's K with a judge that nominates the decision the task defines as the
+pivot (``credit.OracleJudge``: the mechanism's upper bound)."""
+
+
 def make_arm(name: str, group: int, optimizer: str) -> Arm:
     """An arm by name (judges are built in the worker: they are not picklable)."""
     if name in PROVER_K:
         return Arm(name, credit="prover", judge=lambda s: ChoiceJudge(), k=PROVER_K[name], group_size=group,
+                   optimizer=optimizer)  # fmt: skip
+    if name == DATA:
+        return Arm(name, credit="prover", judge=lambda s: ChoiceJudge(), k=ProverConfig().k, group_size=group,
+                   optimizer=optimizer, continuation_data=True)  # fmt: skip
+    if name == ORACLE:
+        return Arm(name, credit="prover", judge=lambda s: OracleJudge(), k=ProverConfig().k, group_size=group,
                    optimizer=optimizer)  # fmt: skip
     return Arm(name, group_size=group, optimizer=optimizer)
 
@@ -539,28 +592,6 @@ def trace(regime: Regime, lr: float, seed: int, steps: int, cache: str | None) -
     return "\n".join(lines)
 
 
-def wall(run: LLMRun) -> list[float]:
-    """Seconds of training (rollouts, credit, update; not the evaluations) spent by each evaluation step."""
-    cumulative = np.cumsum([0.0] + [x.seconds for x in run.logs])
-    return [float(cumulative[s]) for s in run.eval_steps]
-
-
-def at(run: LLMRun, budget: float, by: str) -> float:
-    """Held-out success once ``budget`` policy tokens (``by="tokens"``) or training seconds are spent
-    (interpolated between evaluations; past the run's last evaluation, its last figure)."""
-    xs = run.policy_tokens if by == "tokens" else wall(run)
-    return float(np.interp(budget, xs, run.success))
-
-
-def _pair(x: Sequence[LLMRun], y: Sequence[LLMRun], by: str) -> tuple[float, float]:
-    """``x`` minus ``y``, paired by seed, at the smaller of the two runs' final budgets (tokens or seconds)."""
-    diffs = []
-    for a, b in zip(x, y, strict=True):
-        budget = min(a.policy_tokens[-1], b.policy_tokens[-1]) if by == "tokens" else min(wall(a)[-1], wall(b)[-1])
-        diffs.append(at(a, budget, by) - at(b, budget, by))
-    return mean_ci(diffs)
-
-
 def comparison_report(runs: Runs, title: str, start_success: Sequence[float], minutes: float) -> str:
     """Item 2: each arm at its best lr against GRPO and budget-matched GRPO at their best lrs, per step, at equal
     policy tokens and at equal training time; item 3: what the default judge's nominations hold."""
@@ -577,9 +608,9 @@ def comparison_report(runs: Runs, title: str, start_success: Sequence[float], mi
         body.append([
             name, f"{rs[0].lr:g}", str(rs[0].group_size), report.format_ci(mean_ci(final)),
             report.format_pm(mean_ci([a - b for a, b in zip(final, [r.success[-1] for r in base], strict=True)])),
-            report.format_pm(_pair(rs, base, "tokens")), report.format_pm(_pair(rs, base, "time")),
+            *(report.format_pm(report.paired_at(rs, base, by)) for by in ("tokens", "time")),
             report.format_pm(mean_ci([a - b for a, b in zip(final, [r.success[-1] for r in matched], strict=True)])),
-            report.format_pm(_pair(rs, matched, "tokens")), report.format_pm(_pair(rs, matched, "time")),
+            *(report.format_pm(report.paired_at(rs, matched, by)) for by in ("tokens", "time")),
             f"{100 * np.mean([r.extra_token_share() for r in rs]):.1f}%",
             f"{np.mean([x.seconds for r in rs for x in r.logs]):.2f}",
             f"{accepted} / {verified}" if verified else "—",
@@ -668,6 +699,113 @@ def dump(path: Path, runs: Runs, extra: dict[str, Any]) -> None:
     )
 
 
+# --- the ranking at one shared lr (issue 42) ----------------------------------------------------------------------
+
+RANK_LR = 1e-3 / 3
+"""The primary lr of every arm: GRPO's best in R12 (its grid {1.11e-4, 3.33e-4, 1e-3})."""
+RANK_SECONDARY_LR = 1e-3 / 9
+RANK_SEEDS = tuple(range(32, 80))
+"""48 paired seeds that no earlier run used."""
+RANK_ARMS = (report.BASE, report.MATCHED, DEFAULT, PAPER, CHEAPEST, DATA, ORACLE)
+RANK_SECONDARY_ARMS = (report.BASE, report.MATCHED, DEFAULT)
+RANK_RESULTS = Path(__file__).resolve().parent / "results" / "llm-rank"
+"""Where each finished seed's runs are written (one small JSON per seed and lr, committed; a rerun skips them)."""
+RANK = dataclasses.replace(CHECK, widen=0, eval_every=5)
+
+
+def rank_file(results: Path, regime: Regime, lr: float, seed: int) -> Path:
+    return results / f"{regime.name}-lr{lr:.6g}-seed{seed}.json"
+
+
+def group_of(regime: Regime, arm: str) -> int:
+    return regime.matched if arm == report.MATCHED else regime.group_size
+
+
+def rank_seed(
+    regime: Regime, seed: int, lr: float, arms: Sequence[str], size: Size, cache: str | None, path: str
+) -> str:
+    """One seed of the ranking: its BC start, then each of ``arms`` at ``lr`` in turn, written to ``path`` by the
+    worker itself (atomically), so that a stopped run keeps every seed it finished."""
+    params, success = start(regime, seed, size, cache)
+    runs = [job(regime, a, group_of(regime, a), lr, seed, params, success, size) for a in arms]
+    record = {"regime": regime.name, "seed": seed, "lr": lr, "start": success, "runs": [compact(r) for r in runs]}
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    tmp.replace(out)
+    return path
+
+
+REQUIRED_LOG_FIELDS = ("rollout_turns", "extra_turns", "rollout_tokens", "extra_tokens", "train_success")
+
+
+def compact(run: LLMRun) -> dict[str, Any]:
+    """``run`` as a JSON-ready dict whose step logs leave out the counters that are 0 (``StepLog``'s defaults) and
+    keep seconds to 0.1 ms: ``LLMRun(**raw, logs=[StepLog(**x) ...])`` reads it back unchanged but for that rounding."""
+    raw = dataclasses.asdict(run)
+    raw["logs"] = [
+        {k: round(v, 4) if k == "seconds" else v for k, v in log.items() if v != 0 or k in REQUIRED_LOG_FIELDS}
+        for log in raw["logs"]
+    ]
+    raw["seconds"] = round(raw["seconds"], 2)
+    return raw
+
+
+def rank_runs(results: Path, regime: Regime, lr: float, seeds: Sequence[int]) -> tuple[Runs, dict[int, float]]:
+    """The finished seeds' runs at ``lr`` (only seeds of ``seeds``) and each seed's start."""
+    runs: Runs = {}
+    starts_by_seed: dict[int, float] = {}
+    for seed in seeds:
+        path = rank_file(results, regime, lr, seed)
+        if not path.exists():
+            continue
+        raw = json.loads(path.read_text())
+        starts_by_seed[seed] = raw["start"]
+        for r in raw["runs"]:
+            run = LLMRun(**(r | {"logs": [StepLog(**x) for x in r["logs"]]}))
+            runs.setdefault(run.arm, {}).setdefault(lr, []).append(run)
+    return complete(runs), starts_by_seed
+
+
+def rank_section(
+    results: Path, regime: Regime, lr: float, arms: Sequence[str], seeds: Sequence[int], label: str, command: str
+) -> tuple[list[str], str]:
+    """One lr of the ranking: its head (the fixed-lr check, a verdict line per ProVer arm, the figures behind the
+    check) and its comparison tables."""
+    runs, starts_by_seed = rank_runs(results, regime, lr, seeds)
+    if report.BASE not in runs:
+        return [f"regime check (fixed lr): not run yet at the {label} lr {lr:g} (0 of {len(seeds)} seeds)"], ""
+    done = sorted(r.seed for r in runs[report.BASE][lr])
+    _, check = report.fixed_lr_check(runs, lr)
+    matched = sorted(runs[report.MATCHED][lr], key=lambda r: r.seed)
+    head = [f"{check[0]} [{label} lr {lr:g}]"]
+    for name in arms:
+        if name in (report.BASE, report.MATCHED) or name not in runs:
+            continue
+        diff = report.paired_at(sorted(runs[name][lr], key=lambda r: r.seed), matched, "tokens")
+        head.append(f"verdict: {name} at lr {lr:g}: {report.rank_verdict(diff)} (minus budget-matched GRPO at equal "
+                    f"policy tokens {report.format_pm(diff)}, {len(done)} paired seeds)")  # fmt: skip
+    status = f"{len(done)} of {len(seeds)} seeds finished"
+    if len(done) < len(seeds):
+        status += ": provisional, the design's seeds are not all in"
+    head += [f"- {line}" for line in check[1:]] + [f"- {status}."]
+    minutes = sum(r.seconds for by_lr in runs.values() for rs in by_lr.values() for r in rs) / 60
+    title = f"{regime.name} at the {label} lr {lr:g}, every arm at that lr: `{command}`"
+    return head, comparison_report(runs, title, [starts_by_seed[s] for s in done], minutes)
+
+
+def rank_report(results: Path, regime: Regime, seeds: Sequence[int], primary_only: bool, command: str) -> str:
+    """The ranking's report: the primary lr's check and verdicts first, then the secondary's, then the tables."""
+    plan = [(RANK_LR, RANK_ARMS, "primary")] + ([] if primary_only else [(RANK_SECONDARY_LR, RANK_SECONDARY_ARMS,
+                                                                          "secondary")])  # fmt: skip
+    heads, tables = [], []
+    for lr, arms, label in plan:
+        head, table = rank_section(results, regime, lr, arms, seeds, label, command)
+        heads += [*head, ""]
+        tables += [table, ""] if table else []
+    return "\n".join([*heads, *tables]).rstrip() + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     what = parser.add_mutually_exclusive_group(required=True)
@@ -677,6 +815,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--smoke", nargs="?", const="R7", help="a tiny run of a regime's whole path (a test)")
     what.add_argument("--compare", choices=sorted(REGIMES), help="the ProVer comparison in a regime (item 2, 3)")
     what.add_argument("--pool", nargs="+", metavar="JSON", help="the check over several runs' regime-*.json files")
+    what.add_argument("--rank", choices=sorted(REGIMES), help="ProVer ranked at one shared lr (issue 42: R12)")
+    parser.add_argument("--results", default=str(RANK_RESULTS), help="--rank: the per-seed JSON files' folder")
+    parser.add_argument("--report-only", action="store_true", help="--rank: report the finished seeds, train none")
+    parser.add_argument("--primary-only", action="store_true", help="--rank: leave the secondary lr out")
     parser.add_argument("--tiny", action="store_true", help="--compare at the smoke size (a test)")
     parser.add_argument("--seeds", type=int, help="N seeds from --first-seed (default: the regime's 8)")
     parser.add_argument("--first-seed", type=int, help="the first of --seeds (default: the regime's first)")
@@ -717,6 +859,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (out / f"{name}.md").write_text(text + "\n")
         print(text)
         return 0
+    if args.rank:
+        return rank_main(args, REGIMES[args.rank], deadline, cache, out, command)
     pool = Pool(args.workers, deadline)
     try:
         if args.calibrate:
@@ -764,6 +908,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     dump(out / f"{name}.json", runs, {"command": command})
     print(text)
     print(f"written to {out}/{name}.md and {name}.json", file=sys.stderr)
+    return 0
+
+
+def rank_main(
+    args: argparse.Namespace, regime: Regime, deadline: float | None, cache: str | None, out: Path, command: str
+) -> int:
+    """``--rank``: train the seeds not yet in ``--results`` (primary lr first, seed by seed), then report all."""
+    size = dataclasses.replace(SMOKE, widen=0, eval_every=1) if args.tiny else RANK
+    seeds = (
+        RANK_SEEDS
+        if not args.seeds
+        else tuple(range(args.first_seed or RANK_SEEDS[0], (args.first_seed or RANK_SEEDS[0]) + args.seeds))
+    )
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    plan = [(RANK_LR, RANK_ARMS)] + ([] if args.primary_only else [(RANK_SECONDARY_LR, RANK_SECONDARY_ARMS)])
+    if not args.report_only:
+        calls = [(regime, s, lr, arms, size, None if args.tiny else cache, str(rank_file(results, regime, lr, s)))
+                 for lr, arms in plan for s in seeds if not rank_file(results, regime, lr, s).exists()]  # fmt: skip
+        _say(f"{len(calls)} seed runs to do ({sum(len(seeds) for _ in plan) - len(calls)} already in {results})")
+        pool = Pool(args.workers, deadline)
+        try:
+            for got in pool.map(rank_seed, calls):
+                if got is not None:
+                    _say(f"finished: {got}")
+        finally:
+            pool.close()
+    text = rank_report(results, regime, seeds, args.primary_only, command)
+    (out / f"rank-{regime.name}.md").write_text(text)
+    print(text, end="")
     return 0
 
 

@@ -262,3 +262,66 @@ def regime_check(
     lines.append("Budget-matched minus GRPO at each lr (paired): " + "; ".join(per_lr) + ".")
     verdict = "regime check: pass" if not reasons else f"regime check: fail ({'; '.join(reasons)})"
     return not reasons, [verdict, *lines]
+
+
+def fixed_lr_check(
+    runs: Runs, lr: float, base: str = BASE, matched: str = MATCHED, margin: float = LEARN_MARGIN
+) -> tuple[bool, list[str]]:
+    """The ranking's stage 1 (issue 42), every arm at one shared ``lr``: ``(passed, lines)``, the first line
+    ``regime check (fixed lr): pass`` or ``... fail (...)``. It passes when (1) GRPO learns: final held-out success
+    minus the start, paired over seeds, has its lower 95% bound above ``margin``; and (2) budget-matched GRPO minus
+    GRPO, final held-out success at the same ``lr`` paired over seeds, has its lower 95% bound above 0."""
+    b_runs, m_runs = _by_seed(runs.get(base, {}).get(lr, ())), _by_seed(runs.get(matched, {}).get(lr, ()))
+    if not b_runs or not m_runs:
+        return False, [f"regime check (fixed lr): fail (no runs of both arms at lr {lr:g})"]
+    if [r.seed for r in b_runs] != [r.seed for r in m_runs]:
+        return False, ["regime check (fixed lr): fail (the two arms' seeds differ: no pairing)"]
+    gain = mean_ci([r.success[-1] - r.success[0] for r in b_runs])
+    diff = paired_difference([r.success[-1] for r in m_runs], [r.success[-1] for r in b_runs])
+    learns, helps = gain[0] - gain[1] > margin, diff[0] - diff[1] > 0
+    reasons = [why for ok, why in ((learns, "GRPO does not learn"), (helps, "budget-matched GRPO not above GRPO"))
+               if not ok]  # fmt: skip
+    verdict = "regime check (fixed lr): " + ("pass" if not reasons else f"fail ({'; '.join(reasons)})")
+    return not reasons, [
+        verdict,
+        f"GRPO learns: {'yes' if learns else 'no'}. At lr {lr:g} (G={b_runs[0].group_size}), held-out success "
+        f"{np.mean([r.success[0] for r in b_runs]):.3f} at the start -> {np.mean([r.success[-1] for r in b_runs]):.3f}"
+        f" at step {b_runs[0].eval_steps[-1]}; final minus start, paired over {len(b_runs)} seeds: {format_pm(gain)} "
+        f"(lower bound {gain[0] - gain[1]:+.3f}; needs > {margin:+.3f}).",
+        f"More samples help: {'yes' if helps else 'no'}. Budget-matched GRPO (G={m_runs[0].group_size}) minus GRPO at "
+        f"the same lr {lr:g}, final held-out success paired over {len(b_runs)} seeds: {format_pm(diff)} (lower bound "
+        f"{diff[0] - diff[1]:+.3f}; needs > 0).",
+    ]
+
+
+def wall(run: Any) -> list[float]:
+    """Seconds of training (rollouts, credit, update; not the evaluations) spent by each evaluation step."""
+    cumulative = np.cumsum([0.0] + [x.seconds for x in run.logs])
+    return [float(cumulative[s]) for s in run.eval_steps]
+
+
+def success_at(run: Any, budget: float, by: str) -> float:
+    """Held-out success once ``budget`` policy tokens (``by="tokens"``) or training seconds (``"time"``) are spent,
+    interpolated linearly between evaluations (past the run's last evaluation: its last figure)."""
+    xs = run.policy_tokens if by == "tokens" else wall(run)
+    return float(np.interp(budget, xs, run.success))
+
+
+def paired_at(x: Sequence[Any], y: Sequence[Any], by: str) -> tuple[float, float]:
+    """``x`` minus ``y`` (runs paired by seed, in the same order), each pair compared at the smaller of its two
+    final budgets (``"tokens"`` or ``"time"``); mean ± 95% CI half-width over the pairs."""
+    diffs = []
+    for a, b in zip(x, y, strict=True):
+        if a.seed != b.seed:
+            raise ValueError(f"unpaired runs: seed {a.seed} against seed {b.seed}")
+        budget = min(a.policy_tokens[-1], b.policy_tokens[-1]) if by == "tokens" else min(wall(a)[-1], wall(b)[-1])
+        diffs.append(success_at(a, budget, by) - success_at(b, budget, by))
+    return mean_ci(diffs)
+
+
+def rank_verdict(diff: tuple[float, float]) -> str:
+    """The ranking's pre-registered verdict (issue 42) from a ProVer arm minus budget-matched GRPO at equal policy
+    tokens (mean, 95% half-width): ``pays`` when the whole interval is above 0, ``loses`` when below, else ``ties at
+    this size``."""
+    low, high = diff[0] - diff[1], diff[0] + diff[1]
+    return "pays" if low > 0 else "loses" if high < 0 else "ties at this size"
