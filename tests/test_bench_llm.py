@@ -561,3 +561,148 @@ def test_the_check_pools_the_runs_of_several_files(tmp_path: Path, capsys: pytes
         "+0.210 ± " in text and "+0.100 ± 0.000" in text and "Pooled from 2 files, 6 seeds (0, 1, 2, 3, 4, 5)" in text
     )
     assert (tmp_path / "pooled.md").read_text() == text
+
+
+# --- issue 42: the ranking at one shared lr (benchmarks/llm_regime.py --rank) -------------------------------------
+
+
+def test_the_fixed_lr_check_passes_only_when_grpo_learns_and_more_samples_help_at_that_lr() -> None:
+    """``report.fixed_lr_check`` by hand: the lr given is the only one read (another lr's better figures do not
+    count), GRPO's gain from 0.2 to 0.41 on average, budget-matched +0.1 on every seed."""
+    runs = _regime({1e-4: 0.3, 3e-4: 0.4}, {1e-4: 0.3, 3e-4: 0.5})
+    passed, lines = report.fixed_lr_check(runs, 3e-4)
+    assert passed and lines[0] == "regime check (fixed lr): pass"
+    assert lines[1].startswith("GRPO learns: yes. At lr 0.0003 (G=4)") and "+0.210 ± " in lines[1]
+    assert lines[2].startswith("More samples help: yes.") and "+0.100 ± 0.000" in lines[2]
+    # at 1e-4 the matched arm is no better: the check at that lr fails though 3e-4 would pass
+    passed, lines = report.fixed_lr_check(runs, 1e-4)
+    assert not passed and lines[0] == "regime check (fixed lr): fail (budget-matched GRPO not above GRPO)"
+    flat = _regime({3e-4: 0.24}, {3e-4: 0.5})
+    assert report.fixed_lr_check(flat, 3e-4)[1][0] == "regime check (fixed lr): fail (GRPO does not learn)"
+    both = _regime({3e-4: 0.22}, {3e-4: 0.1})
+    assert report.fixed_lr_check(both, 3e-4)[1][0] == (
+        "regime check (fixed lr): fail (GRPO does not learn; budget-matched GRPO not above GRPO)"
+    )
+    assert report.fixed_lr_check(runs, 1e-3) == (
+        False,
+        ["regime check (fixed lr): fail (no runs of both arms at lr 0.001)"],
+    )
+    runs[report.MATCHED][3e-4] = runs[report.MATCHED][3e-4][1:]
+    assert report.fixed_lr_check(runs, 3e-4)[1] == [
+        "regime check (fixed lr): fail (the two arms' seeds differ: no pairing)"
+    ]
+
+
+def test_the_rank_verdict_follows_the_registered_rule() -> None:
+    """*pays* only with the whole 95% interval above 0, *loses* only with it below, a tie otherwise (a bound on 0
+    is a tie)."""
+    assert report.rank_verdict((0.05, 0.04)) == "pays"
+    assert report.rank_verdict((-0.05, 0.04)) == "loses"
+    assert report.rank_verdict((0.01, 0.02)) == "ties at this size"
+    assert report.rank_verdict((0.02, 0.02)) == "ties at this size"
+    assert report.rank_verdict((-0.02, 0.02)) == "ties at this size"
+
+
+@dataclass
+class _Logged:
+    seconds: float
+
+
+@dataclass
+class _Spent:
+    seed: int
+    policy_tokens: list[int]
+    success: list[float]
+    eval_steps: list[int]
+    logs: list[_Logged]
+
+
+def test_equal_token_and_equal_time_differences_by_hand() -> None:
+    """``report.paired_at``: each pair at the smaller final budget, the other run interpolated linearly.
+    a: tokens 0/100/200, success 0.2/0.4/0.6; b: tokens 0/150/300, success 0.2/0.3/0.5. At 200 tokens a is at 0.6 and
+    b at 0.3 + 50/150 x 0.2 = 0.36667: +0.23333. Time: a's steps take 1 s (evaluations at steps 0, 1, 2: 0, 1, 2 s),
+    b's 4 s (0, 4, 8 s); at 2 s b is at 0.2 + 2/4 x 0.1 = 0.25, a at 0.6: +0.35."""
+    a = _Spent(0, [0, 100, 200], [0.2, 0.4, 0.6], [0, 1, 2], [_Logged(1.0), _Logged(1.0)])
+    b = _Spent(0, [0, 150, 300], [0.2, 0.3, 0.5], [0, 1, 2], [_Logged(4.0), _Logged(4.0)])
+    assert report.paired_at([a], [b], "tokens")[0] == pytest.approx(0.6 - (0.3 + 0.2 / 3))
+    assert report.paired_at([b], [a], "tokens")[0] == pytest.approx(0.3 + 0.2 / 3 - 0.6)
+    assert report.paired_at([a], [b], "time")[0] == pytest.approx(0.35)
+    assert report.wall(b) == [0.0, 4.0, 8.0]
+    c = _Spent(1, [0, 100, 200], [0.2, 0.2, 0.2], [0, 1, 2], [_Logged(1.0), _Logged(1.0)])
+    mean, half = report.paired_at([a, c], [b, dataclasses_replace(c, success=[0.2, 0.1, 0.0])], "tokens")
+    assert mean == pytest.approx(((0.6 - 0.3 - 0.2 / 3) + 0.2) / 2) and half > 0
+    with pytest.raises(ValueError, match="unpaired"):
+        report.paired_at([a], [c], "tokens")
+
+
+def dataclasses_replace(x: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(x, **changes)
+
+
+def _rank_files(script: Any, folder: Path, seeds: range, lr: float, arms: tuple[str, ...], prover_gain: float) -> None:
+    """Hand-made per-seed files as ``rank_seed`` writes them: GRPO 0.2 -> 0.5, budget-matched 0.6 (50% more tokens),
+    every ProVer arm ``0.5 + prover_gain`` at GRPO's tokens (+ 0.01 x seed % 3 on every arm)."""
+    import json
+
+    from prover_bench.llm.train import LLMRun, StepLog
+
+    regime = script.REGIMES["R12"]
+    for seed in seeds:
+        runs = []
+        for arm in arms:
+            g, tokens, final = 4, 1000, 0.5 + (prover_gain if arm not in (report.BASE, report.MATCHED) else 0.0)
+            if arm == report.MATCHED:
+                g, tokens, final = 6, 1500, 0.6
+            final += 0.01 * (seed % 3)
+            logs = [StepLog(10, 0, 100, 0, 0.5, seconds=1.0, verified=0) for _ in range(2)]
+            runs.append(LLMRun(arm, seed, lr, g, [0, 1, 2], [0.2, (0.2 + final) / 2, final], [0, 5, 10],
+                               [0, tokens // 2, tokens], logs, 2.0))  # fmt: skip
+        record = {"regime": "R12", "seed": seed, "lr": lr, "start": 0.2, "runs": [script.compact(r) for r in runs]}
+        script.rank_file(folder, regime, lr, seed).write_text(json.dumps(record))
+
+
+def test_the_ranking_reports_the_check_first_then_a_verdict_per_prover_arm(tmp_path: Path) -> None:
+    """``rank_report`` from per-seed files: the primary lr's check line first, one verdict per ProVer arm (here a
+    ProVer arm at 0.7 + 0.01 m (m = seed % 3) at GRPO's 1000 tokens, against budget-matched at 1000 of its 1500
+    tokens, between its evaluations at 750 (0.4 + 0.005 m) and 1500 (0.6 + 0.01 m): 0.4667 + 0.00667 m; the
+    difference 0.2333 + 0.00333 m over seeds 32-37 (m = 2, 0, 1, 2, 0, 1): mean 0.2367, sd 0.00298, half-width
+    2.571 x 0.00298 / sqrt(6) = 0.0031; so it pays), the secondary lr's after it; fewer seeds than the design's:
+    provisional; a seed missing one lr's file is left out of that lr only."""
+    script = _load_regime_script()
+    regime = script.REGIMES["R12"]
+    _rank_files(script, tmp_path, range(32, 38), script.RANK_LR, script.RANK_ARMS, 0.2)
+    _rank_files(script, tmp_path, range(32, 37), script.RANK_SECONDARY_LR, script.RANK_SECONDARY_ARMS, -0.3)
+    text = script.rank_report(tmp_path, regime, range(32, 38), False, "cmd")
+    lines = text.splitlines()
+    assert lines[0] == "regime check (fixed lr): pass [primary lr 0.000333333]"
+    verdicts = [x for x in lines if x.startswith("verdict: ")]
+    prover = [a for a in script.RANK_ARMS if a not in (report.BASE, report.MATCHED)]
+    assert len(verdicts) == len(prover) + 1
+    for arm, line in zip(prover, verdicts, strict=False):
+        assert line.startswith(f"verdict: {arm} at lr 0.000333333: pays (minus budget-matched GRPO at equal policy "
+                               "tokens +0.237 ± 0.003, 6 paired seeds)")  # fmt: skip
+    # the secondary lr: ProVer at 0.2 under GRPO's final, far below budget-matched at its tokens
+    assert verdicts[-1].startswith(f"verdict: {script.DEFAULT} at lr 0.000111111: loses")
+    assert "- 6 of 6 seeds finished." in lines and "- 5 of 6 seeds finished: provisional" in text
+    assert text.index("[primary lr") < text.index("[secondary lr") < text.index("## R12 at the primary lr")
+    empty = script.rank_report(tmp_path / "none", regime, range(32, 38), True, "cmd")
+    assert empty.startswith("regime check (fixed lr): not run yet at the primary lr 0.000333333 (0 of 6 seeds)")
+
+
+def test_a_compact_run_reads_back_as_it_was() -> None:
+    """The per-seed files leave out a step log's zero counters and round its seconds to 0.1 ms; read back, the run is
+    the same but for that rounding."""
+    from prover_bench.llm.train import LLMRun, StepLog
+
+    script = _load_regime_script()
+    logs = [StepLog(10, 3, 100, 30, 0.25, verified=2, accepted=1, seconds=1.234567), StepLog(9, 0, 90, 0, 0.0)]
+    run = LLMRun("x", 1, 1e-3 / 3, 4, [0, 2], [0.1, 0.3], [0, 22], [0, 220], logs, 3.14159)
+    raw = script.compact(run)
+    assert raw["logs"][1] == {"rollout_turns": 9, "extra_turns": 0, "rollout_tokens": 90, "extra_tokens": 0,
+                              "train_success": 0.0}  # fmt: skip
+    back = LLMRun(**(raw | {"logs": [StepLog(**x) for x in raw["logs"]]}))
+    assert back.logs[0].seconds == 1.2346 and back.seconds == 3.14
+    assert back.logs[0] == StepLog(10, 3, 100, 30, 0.25, verified=2, accepted=1, seconds=1.2346)
+    assert (back.arm, back.lr, back.success, back.policy_tokens) == (run.arm, run.lr, run.success, run.policy_tokens)

@@ -220,3 +220,40 @@ def test_the_gpu_regime_script_runs_its_smoke_mode_on_cpu(tmp_path: Path) -> Non
     runs = json.loads((written / "smoke.json").read_text())["runs"]
     assert {r["arm"] for r in runs} == {"GRPO", "GRPO budget-matched"} and {r["seed"] for r in runs} == {0, 1}
     assert {r["group_size"] for r in runs} == {4, 6} and len({r["lr"] for r in runs}) >= 3
+
+
+def test_the_ranking_writes_each_seed_and_resumes_from_the_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llm_regime.py --rank R12 --tiny``: every arm of a seed trained and written to its own file, the check line
+    first and one verdict per ProVer arm; a second call trains nothing and reports the same; a file removed is the
+    one seed trained again, to the same figures (a seed's runs depend on nothing but the seed)."""
+    from tests.conftest import load_script
+
+    script = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "llm_regime.py", "llm_regime")
+    results, out = tmp_path / "results", tmp_path / "out"
+    argv = ["--rank", "R12", "--tiny", "--seeds", "2", "--primary-only", "--workers", "1", "--results", str(results),
+            "--out", str(out)]  # fmt: skip
+    assert script.main(argv) == 0
+    first = capsys.readouterr()
+    files = sorted(p.name for p in results.iterdir())
+    assert files == ["R12-lr0.000333333-seed32.json", "R12-lr0.000333333-seed33.json"]
+    assert "2 seed runs to do (0 already in" in first.err
+    lines = first.out.splitlines()
+    assert lines[0].startswith("regime check (fixed lr): ") and lines[0].endswith("[primary lr 0.000333333]")
+    assert [x.split(" at lr ")[0] for x in lines[1:6]] == [f"verdict: {a}" for a in script.RANK_ARMS[2:]]
+    saved = json.loads((results / files[0]).read_text())
+    assert [r["arm"] for r in saved["runs"]] == list(script.RANK_ARMS)
+    assert [r["group_size"] for r in saved["runs"]] == [4, 6, 4, 4, 4, 4, 4]
+    assert script.main(argv) == 0
+    again = capsys.readouterr()
+    assert "0 seed runs to do (2 already in" in again.err and again.out == first.out
+    before = json.loads((results / files[1]).read_text())
+    (results / files[1]).unlink()
+    assert script.main(argv) == 0
+    third = capsys.readouterr()
+    assert "1 seed runs to do (1 already in" in third.err
+    redone = json.loads((results / files[1]).read_text())
+    assert [(r["success"], r["policy_tokens"]) for r in redone["runs"]] == [
+        (r["success"], r["policy_tokens"]) for r in before["runs"]
+    ]
