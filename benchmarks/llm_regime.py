@@ -592,7 +592,9 @@ def trace(regime: Regime, lr: float, seed: int, steps: int, cache: str | None) -
     return "\n".join(lines)
 
 
-def comparison_report(runs: Runs, title: str, start_success: Sequence[float], minutes: float) -> str:
+def comparison_report(
+    runs: Runs, title: str, start_success: Sequence[float], minutes: float, at: str = "its best lr"
+) -> str:
     """Item 2: each arm at its best lr against GRPO and budget-matched GRPO at their best lrs, per step, at equal
     policy tokens and at equal training time; item 3: what the default judge's nominations hold."""
     best = {name: sorted(by_lr[report.best_lr(by_lr)], key=lambda r: r.seed) for name, by_lr in runs.items()}
@@ -646,17 +648,17 @@ def comparison_report(runs: Runs, title: str, start_success: Sequence[float], mi
         f"## {title}", "",
         f"BC start per seed: {', '.join(f'{s:.3f}' for s in start_success)} (mean {np.mean(start_success):.3f}). "
         f"Wall time {minutes:.1f} min.", "",
-        "Each arm at its best lr; differences paired by seed (mean ± 95% CI); *equal tokens* and *equal time*: both "
+        f"Each arm at {at}; differences paired by seed (mean ± 95% CI); *equal tokens* and *equal time*: both "
         "runs' held-out success at the smaller of their final policy tokens (or training seconds), interpolated "
         "between evaluations:", "",
         markdown_table(header, body), "",
-        "What the judge's nominations hold (each arm at its best lr; a *keep* is not taking a later key while holding "
+        f"What the judge's nominations hold (each arm at {at}; a *keep* is not taking a later key while holding "
         "the goal key, the second decision of a success whose goal key room is not the last; *random*: a uniformly "
         "random admissible segment of the same length on the same success; *steps with both found*: steps, among "
         "those with a two-decision nomination, where some nomination held the pivot and another a keep; *credit on "
         "other turns*: the share of accepted credit, lam x Delta per turn, on turns that are neither):", "",
         markdown_table(judge_header, judge_body) if judge_body else "(no nominations)", "",
-        "Held-out success by step (mean over seeds, best lr):", "", curves, "",
+        f"Held-out success by step (mean over seeds, each arm at {at}):", "", curves, "",
         "lr sweep (final held-out success; * = best lr):", "", report.sweep(runs),
     ])  # fmt: skip
 
@@ -791,7 +793,7 @@ def rank_section(
     head += [f"- {line}" for line in check[1:]] + [f"- {status}."]
     minutes = sum(r.seconds for by_lr in runs.values() for rs in by_lr.values() for r in rs) / 60
     title = f"{regime.name} at the {label} lr {lr:g}, every arm at that lr: `{command}`"
-    return head, comparison_report(runs, title, [starts_by_seed[s] for s in done], minutes)
+    return head, comparison_report(runs, title, [starts_by_seed[s] for s in done], minutes, f"the shared lr {lr:g}")
 
 
 def rank_report(results: Path, regime: Regime, seeds: Sequence[int], primary_only: bool, command: str) -> str:
