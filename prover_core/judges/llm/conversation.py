@@ -163,8 +163,10 @@ class Conversation:
         batch = self._batches
         problems: list[str] = []
         cap, limit = self.config.max_tool_calls_per_reply, self.config.max_field_chars
+        dropped = ""
         if len(calls) > cap:
-            problems.append(f"{len(calls)} tool calls in one reply; at most {cap} are run, the rest were dropped")
+            dropped = f"{len(calls)} tool calls in one reply; at most {cap} are run, the rest were dropped"
+            problems.append(dropped)
             calls = calls[:cap]
         ids = [call.id if call.id and len(call.id) <= 64 else f"call_{round_no}_{i}" for i, call in enumerate(calls)]
         self._append(
@@ -196,6 +198,8 @@ class Conversation:
                     problems.append(str(exc))
             result = clip(result, self.config.max_history_chars // 4)
             self._append({"role": "tool", "tool_call_id": call_id, "content": result}, "tool", batch)
+        if dropped:
+            self._append({"role": "user", "content": f"{dropped}. Call at most {cap} tools in one reply."}, "note")
         if self.tools_open:
             self.tool_rounds += 1
             if self.tool_rounds >= self.config.max_tool_rounds:
