@@ -25,6 +25,7 @@ from pydantic import SecretStr
 from prover_core.errors import CredentialError
 
 MASK = "***"
+"""What a secret is replaced by."""
 
 
 def read_key(variable: str, role: str) -> SecretStr:

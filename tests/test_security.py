@@ -421,3 +421,17 @@ def test_one_retry_policy_with_each_clients_parameters() -> None:
     assert no_jitter.wait(1, retry_after=100.0) == 60.0
     jittered = [j.wait(1) for _ in range(200)]  # 1 + uniform(0, 1)
     assert all(1.0 <= w <= 2.0 for w in jittered) and max(jittered) - min(jittered) > 0.5
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ['{"choices": [{"message": {"content": "\\ud800"}}]}', DEEP, '{"choices": []}', "not json"],
+)
+def test_a_cache_entry_that_fails_the_answers_checks_is_a_miss(entry: str, tmp_path: Path) -> None:
+    with ChatServer([answer(1, 2)]) as server:
+        judge = judge_for(server.url, cache_dir=tmp_path)
+        assert propose(judge).segment.start == 1
+        (written,) = tmp_path.glob("*/*.json")
+        written.write_text(entry)
+        assert propose(judge).segment.start == 1
+    assert len(server.requests) == 2 and judge.stats()["cache_hits"] == 0
