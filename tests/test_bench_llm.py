@@ -561,3 +561,24 @@ def test_the_check_pools_the_runs_of_several_files(tmp_path: Path, capsys: pytes
         "+0.210 ± " in text and "+0.100 ± 0.000" in text and "Pooled from 2 files, 6 seeds (0, 1, 2, 3, 4, 5)" in text
     )
     assert (tmp_path / "pooled.md").read_text() == text
+
+
+def test_the_regime_scripts_start_cache_must_be_a_private_directory(tmp_path: Path) -> None:
+    """Issue 46: the BC starts are loaded back from ``--cache``, by default a fixed path under /tmp."""
+    import os
+    import stat
+
+    script = _load_regime_script()
+    made = tmp_path / "new" / "starts"
+    assert script.private_dir(str(made)) == str(made)
+    assert stat.S_IMODE(made.stat().st_mode) & 0o077 == 0
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(SystemExit, match="not a private directory"):
+        script.private_dir(str(shared))
+    link = tmp_path / "link"
+    link.symlink_to(made)
+    with pytest.raises(SystemExit, match="not a private directory"):
+        script.private_dir(str(link))
+    assert os.access(made, os.W_OK)
