@@ -55,7 +55,7 @@ import httpx
 from pydantic import SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from prover_core.redaction import Redactor, refuse_url_credentials
+from prover_core.redaction import Redactor, header_secrets, refuse_url_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +90,8 @@ class LoopPool:
 class LoopPools:
     """The clients of one endpoint, per event loop: ``max_concurrency`` requests in flight, ``timeout_s`` a read,
     ``connect_timeout_s`` a connection; ``api_key`` sent as a bearer token with ``headers``; ``proxy`` the only
-    proxy used (the environment's are ignored). :attr:`redact` scrubs the key, the header values and the proxy
-    from a message."""
+    proxy used (the environment's are ignored). :attr:`redact` scrubs the key, the header values (of 8 characters
+    or more: :func:`~prover_core.redaction.header_secrets`) and the proxy from a message."""
 
     def __init__(
         self,
@@ -106,7 +106,7 @@ class LoopPools:
     ) -> None:
         self.url = refuse_url_credentials(url)
         self.proxy = proxy
-        self.redact = Redactor([api_key, *(headers or {}).values(), proxy])
+        self.redact = Redactor([api_key, *header_secrets(headers or {}), proxy])
         if api_key is not None:
             warn_plain_http_key(url)
         self.max_concurrency = max_concurrency

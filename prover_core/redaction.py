@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import SecretStr
@@ -26,6 +26,8 @@ from prover_core.errors import CredentialError
 
 MASK = "***"
 """What a secret is replaced by."""
+MIN_HEADER_SECRET = 8
+"""Header values shorter than this are not treated as secrets (a flag such as ``"1"`` would mask every digit 1)."""
 
 
 def read_key(variable: str, role: str) -> SecretStr:
@@ -58,6 +60,11 @@ def refuse_url_credentials(url: str, what: str = "base_url") -> str:
     )
 
 
+def header_secrets(headers: Mapping[str, str]) -> list[str]:
+    """The values of ``headers`` treated as secrets: those of at least :data:`MIN_HEADER_SECRET` characters."""
+    return [value for value in headers.values() if len(value.strip()) >= MIN_HEADER_SECRET]
+
+
 def forms(secret: str) -> set[str]:
     """The forms ``secret`` may take in a message: raw, ``repr``-escaped, JSON-escaped, percent-encoded."""
     return {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], quote(secret, safe=""), quote(secret)} - {""}
@@ -88,4 +95,12 @@ class Redactor:
         return self(text).replace("\r", " ").replace("\n", " ")[:limit]
 
 
-__all__ = ["MASK", "Redactor", "forms", "read_key", "refuse_url_credentials"]
+__all__ = [
+    "MASK",
+    "MIN_HEADER_SECRET",
+    "Redactor",
+    "forms",
+    "header_secrets",
+    "read_key",
+    "refuse_url_credentials",
+]

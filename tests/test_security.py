@@ -147,6 +147,14 @@ def test_every_form_of_a_secret_is_redacted_before_the_excerpt_is_cut(monkeypatc
         assert "***" in shown[0] and "***" in shown[1]
 
 
+def test_a_short_header_value_is_not_a_secret_that_masks_every_digit() -> None:
+    with ChatServer([Reply(status=401, body="no")]) as server:
+        judge = judge_for(server.url, extra_headers={"X-Debug": "1", "X-Team": "team-SECRET-9"})
+        with pytest.raises(JudgeError, match="answered 401: no"):
+            propose(judge)
+    assert judge._client.redact("1 team-SECRET-9") == "1 ***"
+
+
 def test_redactor_replaces_each_form_longest_first() -> None:
     redact = Redactor([SECRET, None, ""])
     raw, escaped, quoted = SECRET, repr(SECRET)[1:-1], "sk-te%5Cst%22KEY%2F%2B%3D0123456789abcdef"

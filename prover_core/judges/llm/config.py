@@ -49,7 +49,8 @@ class LLMJudgeConfig(BaseModel):
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (``None``: send no ``Authorization`` header)."""
     extra_headers: dict[str, str] = Field(default_factory=dict, repr=False)
-    """Sent with every request; their values are treated as secrets (never in a repr or a message)."""
+    """Sent with every request; their values (of 8 characters or more) are treated as secrets: never in a repr or a
+    message."""
     proxy: str | None = Field(default=None, repr=False)
     """The proxy to send requests through; ``None``: none (the environment's proxy variables are ignored)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
