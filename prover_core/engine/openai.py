@@ -26,8 +26,9 @@ status 429, 502, 503, 504 and connection errors (refused, reset, dropped before 
 ``backoff_s * 2**(n-1)`` plus jitter in ``[0, backoff_s)``, either capped at ``max_wait_s``. Every other status
 raises :class:`~prover_core.errors.EngineHTTPError` at once (its ``status`` says which); an exhausted retryable
 status raises it too. An attempt that runs past ``timeout_s`` raises :class:`~prover_core.errors.EngineTimeoutError`
-and is not retried (the server may still be generating it). An answer longer than ``max_answer_bytes`` is not read
-further: :class:`~prover_core.errors.EngineAnswerTooLargeError`.
+and is not retried (the server may still be generating it). An answer longer than ``max_answer_bytes``, or than
+64 KiB plus 1 KiB per token of the prompt and of ``max_tokens`` (:meth:`OpenAICompletionsEngine.answer_cap`), is not
+read further: :class:`~prover_core.errors.EngineAnswerTooLargeError`.
 
 Secrets (:mod:`~prover_core.redaction`): the API key is read from the environment variable ``api_key_env``
 (surrounding whitespace stripped, a non-printable character refused) and sent as a bearer token; it, the values of
@@ -72,6 +73,10 @@ from prover_core.errors import (
 from prover_core.redaction import read_key
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+ANSWER_BASE_BYTES = 64 * 1024
+ANSWER_TOKEN_BYTES = 1024
+"""An answer may take ``ANSWER_BASE_BYTES + ANSWER_TOKEN_BYTES`` per token of prompt and ``max_tokens`` (at most
+``max_answer_bytes``): :meth:`OpenAICompletionsEngine.answer_cap`."""
 _RESERVED = frozenset(
     {"model", "prompt", "n", "stream", "max_tokens", "seed", "stop_token_ids", *SamplingParams().distribution()}
     | {"return_token_ids", "logprobs", "return_tokens_as_token_ids"}
@@ -278,13 +283,14 @@ class OpenAICompletionsEngine:
         if len(prompt_ids) == 0:
             raise EngineError("empty prompt: there is no context to continue")
         body = self.payload(prompt_ids, params)
+        cap = self.answer_cap(len(prompt_ids), params.max_tokens)
         async with self._pools.session() as pool:
             attempts = 0
             try:
                 async for trial in self.retry.retrying(before_sleep=self._count_retry):
                     with trial:
                         attempts = trial.retry_state.attempt_number
-                        return await self._attempt(pool, body)
+                        return await self._attempt(pool, body, cap)
             except Retryable as exc:
                 self.stats.failures += 1
                 message = f"{self.endpoint} failed after {attempts} attempt(s): {exc}"
@@ -296,13 +302,17 @@ class OpenAICompletionsEngine:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, pool: LoopPool, body: dict[str, Any]) -> Generation:
+    def answer_cap(self, prompt_tokens: int, max_tokens: int) -> int:
+        """The bytes an answer may take: ``min(max_answer_bytes, 64 KiB + 1 KiB * (prompt_tokens + max_tokens))``,
+        far more than any server needs for the ids, logprobs and text of ``max_tokens`` tokens (and an echo of the
+        prompt), so a server answering millions of ids for a few tokens is stopped before they are read."""
+        return min(self.max_answer_bytes, ANSWER_BASE_BYTES + ANSWER_TOKEN_BYTES * (prompt_tokens + max_tokens))
+
+    async def _attempt(self, pool: LoopPool, body: dict[str, Any], cap: int) -> Generation:
         async with pool.client() as client:
             self.stats.requests += 1
             try:
-                response = await asyncio.wait_for(
-                    read_capped(client, self.endpoint, body, self.max_answer_bytes), self.timeout_s
-                )
+                response = await asyncio.wait_for(read_capped(client, self.endpoint, body, cap), self.timeout_s)
             except AnswerTooLarge as exc:
                 raise EngineAnswerTooLargeError(f"{self.endpoint}: {exc}") from None
             except httpx.HTTPError as exc:
