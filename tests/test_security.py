@@ -269,10 +269,13 @@ def test_an_answer_past_max_answer_bytes_is_refused_unread_and_not_retried(reply
     assert LLMJudge.from_url("http://127.0.0.1:9/v1", "m").config.max_answer_bytes == MAX_ANSWER_BYTES
 
 
-def test_a_completion_of_millions_of_ids_is_refused_by_its_size() -> None:
+def test_a_completion_of_millions_of_ids_for_a_few_tokens_is_refused_by_its_size() -> None:
     huge = {"choices": [{"text": "", "token_ids": list(range(1_000_000)), "finish_reason": "length"}]}
-    with CompletionsServer(faults=[Reply(body=huge)]) as server, pytest.raises(EngineAnswerTooLargeError):
-        generate(engine_for(server.url, max_answer_bytes=1_000_000), max_tokens=16)
+    with CompletionsServer(faults=[Reply(body=huge)]) as server:  # 6.9 MB, under the default 32 MiB
+        with pytest.raises(EngineAnswerTooLargeError, match="max_answer_bytes=86016"):
+            generate(engine_for(server.url), max_tokens=16)  # 64 KiB + 1 KiB * (3 prompt tokens + 16)
+    engine = engine_for("http://127.0.0.1:9/v1", max_answer_bytes=100_000)
+    assert engine.answer_cap(3, 16) == 86_016 and engine.answer_cap(3, 1000) == 100_000
 
 
 class CountingText(str):
