@@ -193,7 +193,7 @@ class AnswerTooLarge(Exception):
     """An answer's body passed ``limit`` bytes (each client raises its own typed error from it)."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"the answer is larger than max_answer_bytes={limit} bytes; it was not read further")
+        super().__init__(f"the answer is larger than {limit} bytes; it was not read further")
         self.limit = limit
 
 

@@ -314,7 +314,9 @@ class OpenAICompletionsEngine:
             try:
                 response = await asyncio.wait_for(read_capped(client, self.endpoint, body, cap), self.timeout_s)
             except AnswerTooLarge as exc:
-                raise EngineAnswerTooLargeError(f"{self.endpoint}: {exc}") from None
+                raise EngineAnswerTooLargeError(
+                    f"{self.endpoint}: {exc} (min(max_answer_bytes, 64 KiB + 1 KiB per token of prompt and max_tokens))"
+                ) from None
             except httpx.HTTPError as exc:
                 detail = f"{type(exc).__name__}: {self._redact(str(exc))}"
                 if self.retry.retries_error(exc):

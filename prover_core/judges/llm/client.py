@@ -385,7 +385,9 @@ class ChatClient:
                     raise self._transport(exc) from None
                 except AnswerTooLarge as exc:
                     self.stats.failure()
-                    raise JudgeAnswerTooLargeError(f"chat server {self.config.endpoint}: {exc}") from None
+                    raise JudgeAnswerTooLargeError(
+                        f"chat server {self.config.endpoint}: {exc} (max_answer_bytes)"
+                    ) from None
             return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
 
         attempts = 0
