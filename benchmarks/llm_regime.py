@@ -219,6 +219,7 @@ import argparse
 import dataclasses
 import json
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -350,6 +351,21 @@ def _say(line: str) -> None:
 # --- jobs (run in worker processes: module-level functions of picklable arguments) -------------------------------
 
 
+def private_dir(path: str) -> str:
+    """``path``, created with mode 0o700 if missing; refused (``SystemExit``) unless it is a directory owned by this
+    user that no one else may write to: the BC starts cached there are loaded back (as tensors only), and a shared
+    path under /tmp is one another user could have made first."""
+    where = Path(path)
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = where.lstat()
+    if where.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise SystemExit(
+            f"--cache {path}: not a private directory (a link, another user's, or writable by others); "
+            "pass a directory of your own, e.g. --cache ~/.cache/llm-regime-starts"
+        )
+    return path
+
+
 def start(regime: Regime, seed: int, size: Size, cache: str | None) -> tuple[Any, float]:
     """The BC start of ``seed`` for ``regime`` (from ``cache`` when there) and its held-out success."""
     import torch
@@ -359,7 +375,7 @@ def start(regime: Regime, seed: int, size: Size, cache: str | None) -> tuple[Any
     name = f"bc-{regime.variant}-{seed}-{bc_steps}" + (f"-skill{regime.skill:g}" if regime.skill != 0.5 else "")
     path = Path(cache) / f"{name}.pt" if cache else None
     if path is not None and path.exists():
-        params = {k: v.requires_grad_() for k, v in torch.load(path).items()}
+        params = {k: v.requires_grad_() for k, v in torch.load(path, weights_only=True).items()}
     else:
         params = behaviour_clone(seed, steps=bc_steps, variant=regime.variant, skill=regime.skill)
         if path is not None:
@@ -839,7 +855,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = time.monotonic() + args.budget if args.budget else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = args.cache or None
+    cache = private_dir(args.cache) if args.cache else None
     command = "python benchmarks/llm_regime.py " + " ".join(sys.argv[1:] if argv is None else argv)
     runs: Runs = {}
     if args.pool:

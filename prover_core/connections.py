@@ -1,28 +1,69 @@
 """HTTP connections of the library's clients (the completions engines and the LLM judge): one pool per event loop,
-and reading a ``Retry-After`` header.
+one retry policy, an answer read up to a byte cap, and reading a ``Retry-After`` header.
 
 A :class:`LoopPools` keeps, for each event loop that uses it, a few ``httpx.AsyncClient``\\ s and a limit of
 requests in flight. The first :meth:`~LoopPools.session` of a loop opens them and the last one to leave closes them,
 so nothing outlives the loop (``compute_bonus`` may run each step on a fresh loop). Requests go to the least busy
 client: httpcore's pool spends time quadratic in its connections on every request (encode/httpx#3215), so
 ``max_concurrency`` requests are spread over clients of :data:`CLIENT_CONNECTIONS` connections each.
+
+What the clients trust (docs/security.md): redirects are not followed; TLS is verified; the proxy variables
+(``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, either case) and ``.netrc`` are ignored
+(``trust_env=False``): a proxy is used only when passed as ``proxy``. A URL with credentials is refused
+(:func:`~prover_core.redaction.refuse_url_credentials`); a bearer key sent over plain ``http`` to a host that is
+not loopback is warned about once per host. :func:`read_capped` reads an answer up to ``max_answer_bytes``
+(counted after decompression) and stops there with :class:`AnswerTooLarge`.
+
+:class:`RetryPolicy` is the one retry policy of both clients; their differences are its parameters:
+
+==========================  =========================================  =============================================
+parameter                   engines (``OpenAICompletionsEngine``)       LLM judge (``LLMJudgeConfig``)
+==========================  =========================================  =============================================
+``max_attempts``            ``max_attempts`` (4)                         ``max_attempts`` (4)
+``statuses``                429, 502, 503, 504                           408, 409, 429
+``server_errors``           no                                           yes: every 5xx (unless "unsupported")
+``retry_timeouts``          no: the server may still be generating       yes
+``backoff_initial_s``       ``backoff_s`` (0.5)                          ``backoff_initial_s`` (1)
+``backoff_max_s``           ``max_wait_s`` (30)                          ``backoff_max_s`` (30)
+``jitter_s``                ``backoff_s`` (0.5)                          ``backoff_jitter_s`` (1)
+``max_wait_s``              ``max_wait_s`` (30)                          none
+``max_retry_after_s``       ``max_wait_s`` (30)                          ``max_retry_after_s`` (60)
+==========================  =========================================  =============================================
+
+Connection errors (refused, reset, dropped before the answer: ``httpx.NetworkError``, ``ConnectTimeout``,
+``RemoteProtocolError``) are retried by both; an error of the request itself (``LocalProtocolError``: an
+illegal header, say) never is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import ipaddress
+import logging
+import math
+import random
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import SecretStr
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from prover_core.redaction import Redactor, header_secrets, refuse_url_credentials
+
+logger = logging.getLogger(__name__)
 
 CLIENT_CONNECTIONS = 8
 """Connections per ``httpx.AsyncClient`` (see the module docstring)."""
+MAX_ANSWER_BYTES = 32 * 2**20
+"""The default cap on one answer's body (32 MiB after decompression)."""
+_WARNED_HOSTS: set[str] = set()
 
 
 @dataclass
@@ -48,7 +89,9 @@ class LoopPool:
 
 class LoopPools:
     """The clients of one endpoint, per event loop: ``max_concurrency`` requests in flight, ``timeout_s`` a read,
-    ``connect_timeout_s`` a connection; ``api_key`` sent as a bearer token with ``headers``."""
+    ``connect_timeout_s`` a connection; ``api_key`` sent as a bearer token with ``headers``; ``proxy`` the only
+    proxy used (the environment's are ignored). :attr:`redact` scrubs the key, the header values (of 8 characters
+    or more: :func:`~prover_core.redaction.header_secrets`) and the proxy from a message."""
 
     def __init__(
         self,
@@ -59,8 +102,13 @@ class LoopPools:
         connect_timeout_s: float,
         api_key: SecretStr | None = None,
         headers: Mapping[str, str] | None = None,
+        proxy: str | None = None,
     ) -> None:
-        self.url = url
+        self.url = refuse_url_credentials(url)
+        self.proxy = proxy
+        self.redact = Redactor([api_key, *header_secrets(headers or {}), proxy])
+        if api_key is not None:
+            warn_plain_http_key(url)
         self.max_concurrency = max_concurrency
         self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
         self.headers = {"Content-Type": "application/json", **(headers or {})}
@@ -96,6 +144,8 @@ class LoopPools:
         clients = [
             httpx.AsyncClient(
                 headers=self.headers,
+                trust_env=False,
+                proxy=self.proxy,
                 verify=self._ssl_context(),
                 timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
                 limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
@@ -117,6 +167,123 @@ class LoopPools:
         return self._ssl
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_plain_http_key(url: str) -> None:
+    """Warn (once per host) that a bearer key goes in clear text to ``url`` when it is plain http and not loopback."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "http" and not is_loopback(host) and host not in _WARNED_HOSTS:
+        _WARNED_HOSTS.add(host)
+        logger.warning(
+            "an API key will be sent in clear text over plain http to %s; use https unless the network is trusted",
+            host,
+        )
+
+
+class AnswerTooLarge(Exception):
+    """An answer's body passed ``limit`` bytes (each client raises its own typed error from it)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer is larger than {limit} bytes; it was not read further")
+        self.limit = limit
+
+
+async def read_capped(client: httpx.AsyncClient, url: str, body: Any, max_bytes: int) -> httpx.Response:
+    """POST ``body`` as JSON and read the answer, at most ``max_bytes`` of it (decompressed); :class:`AnswerTooLarge`
+    past it, before the rest is read. The answer comes back as an ``httpx.Response`` holding the bytes read."""
+    async with client.stream("POST", url, json=body) as response:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_bytes and "content-encoding" not in response.headers:
+            raise AnswerTooLarge(max_bytes)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise AnswerTooLarge(max_bytes)
+            chunks.append(chunk)
+    headers = [(k, v) for k, v in response.headers.multi_items() if k not in ("content-encoding", "content-length")]
+    return httpx.Response(response.status_code, headers=headers, content=b"".join(chunks), request=response.request)
+
+
+class Retryable(Exception):
+    """A failed attempt worth another: a retryable status (``status``), a connection error or (where the policy
+    says so) a timeout; ``retry_after`` is the server's ``Retry-After`` in seconds."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+RETRIED_CONNECTION_ERRORS = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+"""Connection errors worth another attempt: refused, reset, dropped before the answer, no connection in time."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When to try again and how long to wait (the module docstring has the engines' and the judge's values).
+
+    After the ``n``-th failed attempt the wait is the server's ``Retry-After`` capped at ``max_retry_after_s``
+    when given, else ``min(max_wait_s, min(backoff_max_s, backoff_initial_s * 2**(n-1)) + uniform(0, jitter_s))``.
+    """
+
+    max_attempts: int
+    statuses: frozenset[int]
+    server_errors: bool
+    retry_timeouts: bool
+    backoff_initial_s: float
+    backoff_max_s: float
+    jitter_s: float
+    max_retry_after_s: float
+    max_wait_s: float = math.inf
+
+    def retries_status(self, status: int) -> bool:
+        """Whether an answer with ``status`` is worth another attempt."""
+        return status in self.statuses or (self.server_errors and status >= 500)
+
+    def retries_error(self, exc: httpx.HTTPError) -> bool:
+        """Whether a transport error is worth another attempt (a timeout only if ``retry_timeouts``)."""
+        if isinstance(exc, RETRIED_CONNECTION_ERRORS):
+            return True
+        return self.retry_timeouts and isinstance(exc, httpx.TimeoutException)
+
+    def wait(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to sleep after failed attempt number ``attempt`` (the formula in the class docstring)."""
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after_s)
+        backoff = min(self.backoff_max_s, self.backoff_initial_s * 2.0 ** (attempt - 1))
+        return min(self.max_wait_s, backoff + random.uniform(0.0, self.jitter_s))
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        return self.wait(state.attempt_number, exc.retry_after if isinstance(exc, Retryable) else None)
+
+    def retrying(
+        self,
+        before_sleep: Callable[[RetryCallState], Awaitable[None] | None],
+        stop: Callable[[RetryCallState], bool] | None = None,
+    ) -> AsyncRetrying:
+        """A tenacity loop that retries :class:`Retryable` up to ``max_attempts`` attempts (or until ``stop``)."""
+        attempts = stop_after_attempt(self.max_attempts)
+        return AsyncRetrying(
+            stop=attempts if stop is None else lambda s: bool(attempts(s) or stop(s)),
+            wait=self._wait,
+            retry=retry_if_exception_type(Retryable),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delay seconds or an HTTP date); ``None`` if absent/bad."""
     if value is None:
@@ -135,4 +302,17 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return max(0.0, seconds) if seconds == seconds else None
 
 
-__all__ = ["CLIENT_CONNECTIONS", "LoopPool", "LoopPools", "parse_retry_after"]
+__all__ = [
+    "CLIENT_CONNECTIONS",
+    "MAX_ANSWER_BYTES",
+    "RETRIED_CONNECTION_ERRORS",
+    "AnswerTooLarge",
+    "LoopPool",
+    "LoopPools",
+    "RetryPolicy",
+    "Retryable",
+    "is_loopback",
+    "parse_retry_after",
+    "read_capped",
+    "warn_plain_http_key",
+]

@@ -27,6 +27,14 @@ class JudgeUnsupportedError(JudgeError):
     """The judge's chat server refused a request parameter it does not support (not retried)."""
 
 
+class AnswerTooLargeError(ProverError):
+    """A server's answer is larger than the client's ``max_answer_bytes`` (read no further, not retried)."""
+
+
+class JudgeAnswerTooLargeError(JudgeError, AnswerTooLargeError):
+    """The judge's chat server answered more than ``LLMJudgeConfig.max_answer_bytes``."""
+
+
 class RestoreError(ProverError):
     """An environment could not be restored to a turn boundary."""
 
@@ -89,6 +97,10 @@ class EngineResponseError(EngineError):
     """An inference engine's answer is not a completion with token ids (bad JSON, missing or invalid ids)."""
 
 
+class EngineAnswerTooLargeError(EngineResponseError, AnswerTooLargeError):
+    """An inference engine answered more than its ``max_answer_bytes``."""
+
+
 class ContextLengthError(EngineError):
     """A continuation's context leaves no room for one more token within the engine's ``max_model_len``."""
 
@@ -127,6 +139,11 @@ class EventLoopError(UsageError, RuntimeError):
 
 class MissingReseedError(UsageError, ValueError):
     """A restorer was told to refuse environments without ``reseed(seed)`` and got one."""
+
+
+class CredentialError(UsageError):
+    """A secret is misplaced or malformed: credentials in a URL, a key with a character no HTTP header can carry.
+    The message names where it is (the variable, the URL with the secret masked), never the secret."""
 
 
 class ResourceError(UsageError, ValueError):

@@ -706,3 +706,24 @@ def test_a_compact_run_reads_back_as_it_was() -> None:
     assert back.logs[0].seconds == 1.2346 and back.seconds == 3.14
     assert back.logs[0] == StepLog(10, 3, 100, 30, 0.25, verified=2, accepted=1, seconds=1.2346)
     assert (back.arm, back.lr, back.success, back.policy_tokens) == (run.arm, run.lr, run.success, run.policy_tokens)
+
+
+def test_the_regime_scripts_start_cache_must_be_a_private_directory(tmp_path: Path) -> None:
+    """Issue 46: the BC starts are loaded back from ``--cache``, by default a fixed path under /tmp."""
+    import os
+    import stat
+
+    script = _load_regime_script()
+    made = tmp_path / "new" / "starts"
+    assert script.private_dir(str(made)) == str(made)
+    assert stat.S_IMODE(made.stat().st_mode) & 0o077 == 0
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(SystemExit, match="not a private directory"):
+        script.private_dir(str(shared))
+    link = tmp_path / "link"
+    link.symlink_to(made)
+    with pytest.raises(SystemExit, match="not a private directory"):
+        script.private_dir(str(link))
+    assert os.access(made, os.W_OK)

@@ -73,7 +73,7 @@ from typing import Annotated, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from prover_core.engine.openai import EngineCallStats, OpenAICompletionsEngine
+from prover_core.engine.openai import EngineCallStats, LogProb, OpenAICompletionsEngine
 from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineResponseError
 
@@ -100,8 +100,8 @@ class LlamaTokenProb(BaseModel):
 
     model_config = _LAX
     id: TokenId
-    prob: float | None = None
-    logprob: float | None = None
+    prob: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    logprob: LogProb | None = None
     bytes: list[int] | None = None
 
     def log_prob(self) -> float:

@@ -20,21 +20,27 @@ true``. The generated ids are read back exactly, never re-tokenised from text:
 Anything else (not JSON, no choices, no ids, ids that are not non-negative integers, the two lists
 disagreeing) raises :class:`~prover_core.errors.EngineResponseError`.
 
-Failures, per request: status 429, 502, 503, 504 and connection errors (refused, reset, dropped before
-the answer) are retried, up to ``max_attempts`` attempts in all; between attempts it sleeps the
-server's ``Retry-After`` when given, else ``backoff_s * 2**(n-1)`` plus jitter in ``[0, backoff_s)``,
-either capped at ``max_wait_s``. Every other status raises :class:`~prover_core.errors.EngineHTTPError`
-at once (its ``status`` says which); an exhausted retryable status raises it too. An attempt that runs
-past ``timeout_s`` raises :class:`~prover_core.errors.EngineTimeoutError` and is not retried (the server
-may still be generating it). The API key is read from the environment variable ``api_key_env`` and
-never appears in a repr or an error message.
+Failures, per request (the policy is :class:`~prover_core.connections.RetryPolicy`, shared with the LLM judge):
+status 429, 502, 503, 504 and connection errors (refused, reset, dropped before the answer) are retried, up to
+``max_attempts`` attempts in all; between attempts it sleeps the server's ``Retry-After`` when given, else
+``backoff_s * 2**(n-1)`` plus jitter in ``[0, backoff_s)``, either capped at ``max_wait_s``. Every other status
+raises :class:`~prover_core.errors.EngineHTTPError` at once (its ``status`` says which); an exhausted retryable
+status raises it too. An attempt that runs past ``timeout_s`` raises :class:`~prover_core.errors.EngineTimeoutError`
+and is not retried (the server may still be generating it). An answer longer than ``max_answer_bytes``, or than
+64 KiB plus 1 KiB per token of the prompt and of ``max_tokens`` (:meth:`OpenAICompletionsEngine.answer_cap`), is not
+read further: :class:`~prover_core.errors.EngineAnswerTooLargeError`.
+
+Secrets (:mod:`~prover_core.redaction`): the API key is read from the environment variable ``api_key_env``
+(surrounding whitespace stripped, a non-printable character refused) and sent as a bearer token; it, the values of
+``headers`` and ``proxy`` never appear in a repr or an error message, in any form (raw, escaped, percent-encoded).
+A ``base_url`` with credentials is refused. The environment's proxy variables are ignored; ``proxy`` names one.
+Server values are range-checked: token ids are non-negative integers, a logprob is not NaN or above 0.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import random
+import math
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -42,15 +48,35 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from tenacity import RetryCallState
 
 from prover_core._finite import finite_arguments
-from prover_core.connections import LoopPool, LoopPools, parse_retry_after
+from prover_core.connections import (
+    MAX_ANSWER_BYTES,
+    AnswerTooLarge,
+    LoopPool,
+    LoopPools,
+    Retryable,
+    RetryPolicy,
+    parse_retry_after,
+    read_capped,
+)
 from prover_core.engine.protocol import Generation, SamplingParams
-from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError, EngineTimeoutError
+from prover_core.errors import (
+    EngineAnswerTooLargeError,
+    EngineError,
+    EngineHTTPError,
+    EngineResponseError,
+    EngineTimeoutError,
+)
+from prover_core.redaction import read_key
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+ANSWER_BASE_BYTES = 64 * 1024
+ANSWER_TOKEN_BYTES = 1024
+"""An answer may take ``ANSWER_BASE_BYTES + ANSWER_TOKEN_BYTES`` per token of prompt and ``max_tokens`` (at most
+``max_answer_bytes``): :meth:`OpenAICompletionsEngine.answer_cap`."""
 _RESERVED = frozenset(
     {"model", "prompt", "n", "stream", "max_tokens", "seed", "stop_token_ids", *SamplingParams().distribution()}
     | {"return_token_ids", "logprobs", "return_tokens_as_token_ids"}
@@ -61,10 +87,21 @@ Answer = TypeVar("Answer", bound=BaseModel)
 TokenId = Annotated[int, Field(strict=True, ge=0)]
 
 
+def check_logprob(value: float) -> float:
+    """``value`` if it is a log-probability (``<= 0``, ``-inf`` included); else :class:`ValueError`."""
+    if math.isnan(value) or value > 0.0:
+        raise ValueError(f"a logprob must be a number <= 0, got {value}")
+    return value
+
+
+LogProb = Annotated[float, AfterValidator(check_logprob)]
+"""A log-probability: ``<= 0`` (``-inf`` allowed: probability 0), never NaN."""
+
+
 class CompletionLogprobs(BaseModel):
     model_config = _LAX
     tokens: list[str] | None = None
-    token_logprobs: list[float | None] | None = None
+    token_logprobs: list[LogProb | None] | None = None
 
 
 class CompletionChoice(BaseModel):
@@ -131,22 +168,13 @@ class EngineCallStats:
     failures: int = 0
 
 
-class _Retryable(Exception):
-    """A failed attempt worth another: a retryable status or a connection error."""
-
-    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
 class OpenAICompletionsEngine:
     """Continues token contexts on an OpenAI-compatible completions server (see the module docstring).
 
     ``base_url`` ends in ``/v1`` (``http://host:8000/v1``); ``model`` is the served model name. At most
     ``max_concurrency`` requests are in flight per event loop, each on a connection of its own (clients of
     :data:`~prover_core.connections.CLIENT_CONNECTIONS`), so a batching server sees them together; ``timeout_s``
-    bounds each attempt.
+    bounds each attempt, ``max_answer_bytes`` each answer; ``proxy`` is the only proxy used.
     """
 
     @finite_arguments  # NaN or infinite timeouts and backoffs are refused (pydantic ValidationError)
@@ -164,19 +192,16 @@ class OpenAICompletionsEngine:
         max_wait_s: float = 30.0,
         logprobs: bool = False,
         headers: Mapping[str, str] | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        proxy: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if max_concurrency < 1 or max_attempts < 1:
-            raise ValueError("max_concurrency and max_attempts must be >= 1")
+        if max_concurrency < 1 or max_attempts < 1 or max_answer_bytes < 1:
+            raise ValueError("max_concurrency, max_attempts and max_answer_bytes must be >= 1")
         if timeout_s <= 0 or connect_timeout_s <= 0 or backoff_s < 0 or max_wait_s < 0:
             raise ValueError("timeouts must be positive, backoff_s and max_wait_s non-negative")
-        self._key: SecretStr | None = None
-        if api_key_env is not None:
-            value = os.environ.get(api_key_env)
-            if not value:
-                raise ValueError(f"the environment variable {api_key_env!r} (the engine's API key) is not set")
-            self._key = SecretStr(value)
+        self._key: SecretStr | None = read_key(api_key_env, "the engine's API key") if api_key_env else None
         self.endpoint = base_url.rstrip("/") + "/completions"
         self.model = model
         self.max_concurrency = max_concurrency
@@ -187,6 +212,18 @@ class OpenAICompletionsEngine:
         self.max_wait_s = max_wait_s
         self.logprobs = logprobs
         self.headers = dict(headers or {})
+        self.max_answer_bytes = max_answer_bytes
+        self.retry = RetryPolicy(
+            max_attempts=max_attempts,
+            statuses=RETRY_STATUSES,
+            server_errors=False,
+            retry_timeouts=False,
+            backoff_initial_s=backoff_s,
+            backoff_max_s=max_wait_s,
+            jitter_s=backoff_s,
+            max_retry_after_s=max_wait_s,
+            max_wait_s=max_wait_s,
+        )
         self.stats = EngineCallStats()
         self._pools = LoopPools(
             self.endpoint,
@@ -195,7 +232,9 @@ class OpenAICompletionsEngine:
             connect_timeout_s=connect_timeout_s,
             api_key=self._key,
             headers=self.headers,
+            proxy=proxy,
         )
+        self._redact = self._pools.redact
 
     def __repr__(self) -> str:
         return (
@@ -244,20 +283,15 @@ class OpenAICompletionsEngine:
         if len(prompt_ids) == 0:
             raise EngineError("empty prompt: there is no context to continue")
         body = self.payload(prompt_ids, params)
+        cap = self.answer_cap(len(prompt_ids), params.max_tokens)
         async with self._pools.session() as pool:
             attempts = 0
             try:
-                async for trial in AsyncRetrying(
-                    stop=stop_after_attempt(self.max_attempts),
-                    wait=self._wait,
-                    retry=retry_if_exception_type(_Retryable),
-                    before_sleep=self._count_retry,
-                    reraise=True,
-                ):
+                async for trial in self.retry.retrying(before_sleep=self._count_retry):
                     with trial:
                         attempts = trial.retry_state.attempt_number
-                        return await self._attempt(pool, body)
-            except _Retryable as exc:
+                        return await self._attempt(pool, body, cap)
+            except Retryable as exc:
                 self.stats.failures += 1
                 message = f"{self.endpoint} failed after {attempts} attempt(s): {exc}"
                 if exc.status is not None:
@@ -268,24 +302,37 @@ class OpenAICompletionsEngine:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, pool: LoopPool, body: dict[str, Any]) -> Generation:
+    def answer_cap(self, prompt_tokens: int, max_tokens: int) -> int:
+        """The bytes an answer may take: ``min(max_answer_bytes, 64 KiB + 1 KiB * (prompt_tokens + max_tokens))``,
+        far more than any server needs for the ids, logprobs and text of ``max_tokens`` tokens (and an echo of the
+        prompt), so a server answering millions of ids for a few tokens is stopped before they are read."""
+        return min(self.max_answer_bytes, ANSWER_BASE_BYTES + ANSWER_TOKEN_BYTES * (prompt_tokens + max_tokens))
+
+    async def _attempt(self, pool: LoopPool, body: dict[str, Any], cap: int) -> Generation:
         async with pool.client() as client:
             self.stats.requests += 1
             try:
-                response = await asyncio.wait_for(client.post(self.endpoint, json=body), self.timeout_s)
-            except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
-                raise EngineTimeoutError(f"{self.endpoint} did not answer within {self.timeout_s} s") from exc
-            except (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-                raise _Retryable(f"connection error ({type(exc).__name__}: {self._redact(str(exc))})") from None
+                response = await asyncio.wait_for(read_capped(client, self.endpoint, body, cap), self.timeout_s)
+            except AnswerTooLarge as exc:
+                raise EngineAnswerTooLargeError(
+                    f"{self.endpoint}: {exc} (min(max_answer_bytes, 64 KiB + 1 KiB per token of prompt and max_tokens))"
+                ) from None
             except httpx.HTTPError as exc:
-                raise EngineError(f"request to {self.endpoint} failed: {type(exc).__name__}: {exc}") from None
+                detail = f"{type(exc).__name__}: {self._redact(str(exc))}"
+                if self.retry.retries_error(exc):
+                    raise Retryable(f"connection error ({detail})") from None
+                if isinstance(exc, httpx.TimeoutException):
+                    raise EngineTimeoutError(f"{self.endpoint} did not answer within {self.timeout_s} s") from None
+                raise EngineError(f"request to {self.endpoint} failed: {detail}") from None
+            except asyncio.TimeoutError:
+                raise EngineTimeoutError(f"{self.endpoint} did not answer within {self.timeout_s} s") from None
         return self._read(response)
 
     def _read(self, response: httpx.Response) -> Generation:
         status = response.status_code
-        if status in RETRY_STATUSES:
+        if self.retry.retries_status(status):
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            raise _Retryable(f"status {status}: {self._excerpt(response)}", status, retry_after)
+            raise Retryable(f"status {status}: {self._excerpt(response)}", status, retry_after)
         if status >= 300:
             raise EngineHTTPError(f"{self.endpoint} answered {status}: {self._excerpt(response)}", status)
         return self._parse(response)
@@ -305,22 +352,11 @@ class OpenAICompletionsEngine:
                 f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}): {self._excerpt(response)}"
             ) from None
 
-    # -- retry policy and redaction -------------------------------------------------------------------
-
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, _Retryable) and exc.retry_after is not None:
-            return min(exc.retry_after, self.max_wait_s)
-        backoff: float = self.backoff_s * 2 ** (state.attempt_number - 1) + random.uniform(0.0, self.backoff_s)
-        return min(backoff, self.max_wait_s)
+    # -- retries and redaction ----------------------------------------------------------------------
 
     def _count_retry(self, state: RetryCallState) -> None:
         self.stats.retries += 1
         self.stats.retry_wait_s += state.next_action.sleep if state.next_action is not None else 0.0
 
-    def _redact(self, text: str) -> str:
-        secret = self._key.get_secret_value() if self._key is not None else ""
-        return text.replace(secret, "***") if secret else text
-
     def _excerpt(self, response: httpx.Response) -> str:
-        return self._redact(response.text[:200].replace("\n", " "))
+        return self._redact.excerpt(response.text)

@@ -13,7 +13,9 @@ own, ``l_t(y_i)``, given by the user's ``score(context_ids, token_ids)`` at the 
 
 reported as ``engine_kl``, ``engine_kl_se``, ``engine_logprob_gap_mean``, ``engine_logprob_gap_max``,
 ``engine_logprob_gap_tokens`` (and ``engine_logprob_gap_actions``, ``engine_logprob_unavailable``:
-sampled actions whose generation carried no logprobs). A warning is logged when the KL estimate is
+sampled actions whose generation carried no logprobs, ``engine_logprob_gap_nonfinite``: tokens whose gap is not
+finite, e.g. llama-server's ``prob: 0`` read as ``-inf``, left out of the figures above and warned about once, so a
+diagnostic never discards a finished step). A warning is logged when the KL estimate is
 above ``threshold`` with confidence, ``kl - 2 kl_se > threshold`` (at least 2 tokens).
 
 Why the signed mean: numeric noise (bf16 against fp32, a quantised engine) moves ``d_i`` both ways
@@ -68,6 +70,7 @@ class ParityStats:
     square_sum: float = 0.0
     max_gap: float = 0.0
     unavailable: int = 0
+    nonfinite: int = 0
 
     @property
     def mean(self) -> float:
@@ -149,9 +152,12 @@ class ParityMonitor:
                 raise ValueError(
                     f"score returned {len(trainer)} logprobs for {len(sample.token_ids)} tokens: one per token expected"
                 )
-            gaps = [e - t for e, t in zip(sample.engine_logprobs, trainer, strict=True)]
-            if not all(math.isfinite(g) for g in gaps):
-                raise ValueError(f"a logprob gap is not finite: engine {sample.engine_logprobs}, trainer {trainer}")
+            every = [e - t for e, t in zip(sample.engine_logprobs, trainer, strict=True)]
+            gaps = [g for g in every if math.isfinite(g)]
+            if len(gaps) < len(every):
+                self._nonfinite(len(every) - len(gaps), sample.engine_logprobs, trainer)
+            if not gaps:
+                continue
             self.stats.actions += 1
             self.stats.tokens += len(gaps)
             self.stats.abs_sum += sum(map(abs, gaps))
@@ -173,6 +179,18 @@ class ParityMonitor:
             )
         return self.stats
 
+    def _nonfinite(self, count: int, engine: Sequence[float], trainer: Sequence[float]) -> None:
+        """Count ``count`` tokens whose gap is not finite; warn about the first."""
+        first = self.stats.nonfinite == 0
+        self.stats.nonfinite += count
+        if first:
+            logger.warning(
+                "policy parity: a logprob gap is not finite (engine %s, trainer %s); such tokens are counted in "
+                "engine_logprob_gap_nonfinite and left out of the figures",
+                list(engine[:8]),
+                list(trainer[:8]),
+            )
+
     def metrics(self) -> dict[str, float]:
         """The accumulated figures, unprefixed (``Report.metrics`` adds ``prover/``)."""
         s = self.stats
@@ -184,6 +202,7 @@ class ParityMonitor:
             "engine_logprob_gap_tokens": float(s.tokens),
             "engine_logprob_gap_actions": float(s.actions),
             "engine_logprob_unavailable": float(s.unavailable),
+            "engine_logprob_gap_nonfinite": float(s.nonfinite),
         }
 
     def reset(self) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from prover_core.engine.openai import OpenAICompletionsEngine, TokenId
+from prover_core.engine.openai import OpenAICompletionsEngine, TokenId, check_logprob
 from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineResponseError
 
@@ -66,10 +66,10 @@ class GenerateResponse(BaseModel):
         if entries is not None:
             try:
                 ids = [int(entry[1]) for entry in entries]
-                values = [float(entry[0]) for entry in entries]
+                values = [check_logprob(float(entry[0])) for entry in entries]
             except (IndexError, TypeError, ValueError):
                 raise EngineResponseError(
-                    f"SGLang's output_token_logprobs are not [logprob, id, text] entries: {entries[:3]}"
+                    f"SGLang's output_token_logprobs are not [logprob (<= 0, not NaN), id, text] entries: {entries[:3]}"
                 ) from None
             if ids != self.output_ids:
                 raise EngineResponseError(
@@ -121,4 +121,7 @@ class SGLangEngine(OpenAICompletionsEngine):
     def _read(self, response: httpx.Response) -> Generation:
         if response.status_code >= 300:
             return super()._read(response)  # raises: retried statuses and HTTP errors as the base engine
-        return self._answer(response, GenerateResponse, "a /generate answer").generation()
+        try:
+            return self._answer(response, GenerateResponse, "a /generate answer").generation()
+        except EngineError as exc:  # SGLang's abort message comes from the server: scrub it
+            raise type(exc)(self._redact(str(exc))) from None

@@ -17,13 +17,18 @@ random generator are fixed; ``step`` maps gymnasium's five-tuple to a :class:`St
 Both call :meth:`GymEnv.reseed` after restoring: the environment's future randomness
 (``unwrapped.np_random``) then comes from the continuation's seed, so K continuations from one state
 are independent and reproducible. gymnasium is imported when the first environment is made.
+
+A reset spec comes from a trajectory, so it may not choose a module to import: gymnasium reads an id
+``"module:Name-v0"`` as "import ``module``, then make ``Name-v0``", and such an id is refused unless it is
+listed in ``env_ids`` (import the module yourself, which registers its environments, and name the registered
+id). With ``env_ids`` given, every other id is refused too (docs/security.md).
 """
 
 from __future__ import annotations
 
 import copy
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -89,7 +94,8 @@ class GymEnv:
 
     ``observe`` turns gymnasium observations into what trajectories record (default
     :func:`to_plain`). The environment is made on the first ``reset`` and kept while the spec's
-    ``env_id`` and ``kwargs`` stay the same.
+    ``env_id`` and ``kwargs`` stay the same. ``env_ids``: the ids a reset spec may name (``None``: any id
+    without a module to import; see the module docstring).
     """
 
     def __init__(
@@ -98,10 +104,12 @@ class GymEnv:
         success: SuccessFn = reached_goal,
         observe: Callable[[Any], Any] = to_plain,
         make: Callable[..., Any] | None = None,
+        env_ids: Collection[str] | None = None,
     ) -> None:
         self.success = success
         self.observe = observe
         self._make = make
+        self.env_ids = frozenset(env_ids) if env_ids is not None else None
         self.env: Any = None
         self._made: tuple[str, dict[str, Any]] | None = None
 
@@ -119,11 +127,24 @@ class GymEnv:
         seed = spec.get("seed")
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
             raise ValueError(f"the reset spec needs an integer 'seed' to be replayable, got {seed!r}")
-        if not isinstance(spec.get("env_id"), str):
-            raise ValueError(f"the reset spec needs an 'env_id' string, got {spec.get('env_id')!r}")
-        env = self._ensure(spec["env_id"], dict(spec.get("kwargs") or {}))
+        env_id = spec.get("env_id")
+        if not isinstance(env_id, str):
+            raise ValueError(f"the reset spec needs an 'env_id' string, got {env_id!r}")
+        self._check_id(env_id)
+        env = self._ensure(env_id, dict(spec.get("kwargs") or {}))
         observation, info = env.reset(seed=int(seed), options=spec.get("options"))
         return Step(observation=self.observe(observation), info=self._info(info))
+
+    def _check_id(self, env_id: str) -> None:
+        """Refuse an id outside ``env_ids``, or (without ``env_ids``) one that names a module to import."""
+        if self.env_ids is not None:
+            if env_id not in self.env_ids:
+                raise ValueError(f"the reset spec's env_id {env_id!r} is not among env_ids {sorted(self.env_ids)}")
+        elif ":" in env_id and self._make is None:
+            raise ValueError(
+                f"the reset spec's env_id {env_id!r} names a module to import, which a reset spec may not choose: "
+                "import the module yourself and name its registered id, or list this id in env_ids"
+            )
 
     def step(self, action: Any) -> Step:
         if self.env is None:
@@ -171,9 +192,14 @@ def copy_env(env: Env, share: Sequence[str] = ("P",)) -> GymEnv:
     return copy.deepcopy(env, memo)
 
 
-def replay_env(*, success: SuccessFn = reached_goal, observe: Callable[[Any], Any] = to_plain) -> ReplayEnv:
+def replay_env(
+    *,
+    success: SuccessFn = reached_goal,
+    observe: Callable[[Any], Any] = to_plain,
+    env_ids: Collection[str] | None = None,
+) -> ReplayEnv:
     """Restore by reset with the recorded seed and replay of the recorded actions."""
-    return ReplayEnv(lambda: GymEnv(success=success, observe=observe))
+    return ReplayEnv(lambda: GymEnv(success=success, observe=observe, env_ids=env_ids))
 
 
 def snapshot_env(
@@ -182,11 +208,12 @@ def snapshot_env(
     observe: Callable[[Any], Any] = to_plain,
     share: Sequence[str] = ("P",),
     max_snapshots: int = 1024,
+    env_ids: Collection[str] | None = None,
 ) -> SnapshotEnv:
     """Restore by copying a per-boundary snapshot (:func:`copy_env`), replaying to it the first time."""
     shared = tuple(share)
     return SnapshotEnv(
-        lambda: GymEnv(success=success, observe=observe),
+        lambda: GymEnv(success=success, observe=observe, env_ids=env_ids),
         copy_env=lambda env: copy_env(env, shared),
         max_snapshots=max_snapshots,
     )

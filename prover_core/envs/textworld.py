@@ -208,14 +208,23 @@ class TextWorldEnv:
     """A TextWorld game behind the :class:`~prover_core.restore.Env` protocol.
 
     ``max_steps`` is the command budget when the spec gives none; ``cache_dir`` is where games
-    named by settings are compiled. The observation is :func:`clean_feedback` of the game's text.
+    named by settings are compiled; ``game_dir``, when given, the directory a spec's ``game_file`` must lie in
+    (a reset spec comes from a trajectory: without it, it may name any file; docs/security.md). The observation
+    is :func:`clean_feedback` of the game's text.
     """
 
-    def __init__(self, *, max_steps: int = 50, cache_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_steps: int = 50,
+        cache_dir: str | os.PathLike[str] | None = None,
+        game_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be positive, got {max_steps}")
         self.default_max_steps = max_steps
         self.cache_dir = cache_dir
+        self.game_dir = Path(game_dir).resolve() if game_dir is not None else None
         self.env: Any = None
         self.path: str | None = None
         self.max_steps = max_steps
@@ -224,7 +233,10 @@ class TextWorldEnv:
     def game_file(self, spec: Mapping[str, Any]) -> str:
         """The game a reset spec names (compiling it if it is named by settings)."""
         if "game_file" in spec:
-            return str(spec["game_file"])
+            path = str(spec["game_file"])
+            if self.game_dir is not None and not Path(path).resolve().is_relative_to(self.game_dir):
+                raise ValueError(f"the reset spec's game_file {path!r} is not inside game_dir {str(self.game_dir)!r}")
+            return path
         if "game" in spec:
             return CookingGame.from_spec(spec["game"]).compile(self.cache_dir)
         raise ValueError("a TextWorld reset spec needs 'game_file' (a path) or 'game' (tw-cooking settings)")
@@ -300,17 +312,28 @@ def _copy(env: Env) -> Env:
     return env.copy()
 
 
-def replay_env(*, max_steps: int = 50, cache_dir: str | os.PathLike[str] | None = None) -> ReplayEnv:
+def replay_env(
+    *,
+    max_steps: int = 50,
+    cache_dir: str | os.PathLike[str] | None = None,
+    game_dir: str | os.PathLike[str] | None = None,
+) -> ReplayEnv:
     """Restore a game by replaying the recorded commands from its start, checking every observation."""
-    return ReplayEnv(lambda: TextWorldEnv(max_steps=max_steps, cache_dir=cache_dir))
+    return ReplayEnv(lambda: TextWorldEnv(max_steps=max_steps, cache_dir=cache_dir, game_dir=game_dir))
 
 
 def snapshot_env(
-    *, max_steps: int = 50, cache_dir: str | os.PathLike[str] | None = None, max_snapshots: int = 64
+    *,
+    max_steps: int = 50,
+    cache_dir: str | os.PathLike[str] | None = None,
+    max_snapshots: int = 64,
+    game_dir: str | os.PathLike[str] | None = None,
 ) -> SnapshotEnv:
     """Restore a game by forking (``env.copy()``) a snapshot replayed once per boundary."""
     return SnapshotEnv(
-        lambda: TextWorldEnv(max_steps=max_steps, cache_dir=cache_dir), copy_env=_copy, max_snapshots=max_snapshots
+        lambda: TextWorldEnv(max_steps=max_steps, cache_dir=cache_dir, game_dir=game_dir),
+        copy_env=_copy,
+        max_snapshots=max_snapshots,
     )
 
 

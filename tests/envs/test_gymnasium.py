@@ -253,3 +253,23 @@ def test_a_policy_draws_from_the_documented_stream() -> None:
         assert turn.action == uniform(step, rng)
         step = env.step(turn.action)
     assert step.done and step.success == new.success
+
+
+def test_a_reset_spec_may_not_choose_a_module_to_import(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: gymnasium imports ``module`` for an id ``"module:Name"``; a trajectory's spec may not ask for it."""
+    marker = tmp_path / "imported"
+    (tmp_path / "prover_planted_module.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = GymEnv()
+    with pytest.raises(ValueError, match="names a module to import"):
+        env.reset(gym_spec("prover_planted_module:Planted-v0", 1))
+    assert not marker.exists()
+    listed = GymEnv(env_ids={"FrozenLake-v1"})
+    assert listed.reset(gym_spec("FrozenLake-v1", 3)).observation == 0
+    with pytest.raises(ValueError, match="not among env_ids"):
+        listed.reset(gym_spec("CartPole-v1", 3))
+    restored = replay_env(env_ids={"FrozenLake-v1"})
+    spec = gym_spec("CartPole-v1", 3)
+    bad = Trajectory(id="t", group_id="g", success=False, reset=spec, turns=[Turn(observation=0, action=1)])
+    with pytest.raises((ValueError, RestoreError), match="not among env_ids"):
+        restored.restore(bad, 0, seed=0)

@@ -168,3 +168,17 @@ def test_replaying_in_another_game_raises_replay_mismatch(cooking_game: GameFile
     missing = t.model_copy(update={"reset": {"max_steps": MAX_STEPS}})
     with pytest.raises(RestoreError, match="game_file"):
         replay_env().restore(missing, 1, seed=0)
+
+
+def test_game_dir_keeps_a_reset_spec_from_naming_files_outside_it(cooking_game: GameFile, tmp_path: Path) -> None:
+    """Issue 46: a reset spec comes from a trajectory; with ``game_dir`` its ``game_file`` must lie inside."""
+    games = Path(cooking_game.path).parent
+    env = TextWorldEnv(game_dir=games)
+    assert "kitchen" in env.reset(spec(cooking_game)).observation.lower()
+    outside = tmp_path / "elsewhere.z8"
+    for path in (str(outside), str(games / ".." / games.name / ".." / "elsewhere.z8")):
+        with pytest.raises(ValueError, match="not inside game_dir"):
+            env.reset({"game_file": path})
+    with pytest.raises(RestoreError, match="not inside game_dir"):
+        replay_env(game_dir=tmp_path / "games").restore(record(cooking_game, 0.0, 1), 1, seed=0)
+    env.close()

@@ -14,7 +14,6 @@ constrained decoding cannot produce an out-of-range turn. What a per-field schem
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
@@ -85,13 +84,32 @@ def describe_admissible(success: Trajectory, rules: SegmentRules, check: ActionC
     )
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+FENCE = "```"
+
+
+def fenced_blocks(text: str) -> list[str]:
+    r"""The stripped contents of the fenced blocks of ``text`` (a fence, optionally ``json``, then everything up to
+    the next fence), in order: what ``re.findall`` of the pattern fence, ``(?:json)?\s*(.*?)``, fence finds. A scan
+    of ``str.find`` calls, two per block and one more, so linear in ``text``; the pattern is quadratic in the
+    spaces after a fence that never closes."""
+    blocks: list[str] = []
+    at = text.find(FENCE)
+    while at >= 0:
+        start = at + len(FENCE)
+        if text.startswith("json", start):
+            start += len("json")
+        end = text.find(FENCE, start)
+        if end < 0:
+            break
+        blocks.append(text[start:end].strip())
+        at = text.find(FENCE, end + len(FENCE))
+    return blocks
 
 
 def _json_object(text: str) -> Any:
     """The JSON value in ``text``: the whole text, a fenced block, or the outermost ``{...}``."""
     candidates = [text.strip()]
-    candidates += [m.strip() for m in _FENCE.findall(text)]
+    candidates += fenced_blocks(text)
     first, last = text.find("{"), text.rfind("}")
     if 0 <= first < last:
         candidates.append(text[first : last + 1])
@@ -114,6 +132,8 @@ def parse_answer(content: str | None, truncated: bool = False) -> JudgeAnswer | 
     except json.JSONDecodeError as exc:
         why = " (the answer was cut off by the token limit; be brief)" if truncated else ""
         return f"the answer is not valid JSON{why}: {exc.msg} at position {exc.pos}; text began {clip(content, 80)!r}"
+    except RecursionError:
+        return f"the answer nests JSON too deeply; reply with the flat JSON object; text began {clip(content, 80)!r}"
     if not isinstance(value, dict):
         return f"the answer must be a JSON object, got {type(value).__name__}"
     try:

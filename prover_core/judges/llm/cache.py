@@ -34,7 +34,7 @@ class ResponseCache:
     def get(self, key: str) -> dict[str, Any] | None:
         try:
             value = json.loads(self._path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         return value if isinstance(value, dict) else None
 

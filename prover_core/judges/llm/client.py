@@ -1,19 +1,25 @@
 """The chat-completions client: httpx (sync and async) with tenacity retries, accounting and a cache.
 
-Retry policy, per request: up to ``max_attempts`` attempts on status 408, 409, 429 and 5xx, on
-connection errors and on timeouts. Between attempts it sleeps the server's ``Retry-After`` (capped at
-``max_retry_after_s``) when given, else ``min(backoff_max_s, backoff_initial_s * 2**(n-1)) +
-uniform(0, backoff_jitter_s)`` after the ``n``-th failed attempt. Any other 4xx, a 2xx body that is
-not a chat completion (HTML, truncated JSON), an exhausted budget or an open circuit raise
-:class:`~prover_core.errors.JudgeError` at once. An error status (5xx included) whose body says a
-request parameter is not supported (e.g. llama.cpp's 500 "tools param requires --jinja flag") is not
-transient: it raises :class:`~prover_core.errors.JudgeUnsupportedError` at once, with a hint. The API
-key is sent as a bearer token and is scrubbed from every error message.
+Retry policy (:class:`~prover_core.connections.RetryPolicy`, shared with the engines), per request: up to
+``max_attempts`` attempts on status 408, 409, 429 and 5xx, on connection errors and on timeouts. Between attempts
+it sleeps the server's ``Retry-After`` (capped at ``max_retry_after_s``) when given, else ``min(backoff_max_s,
+backoff_initial_s * 2**(n-1)) + uniform(0, backoff_jitter_s)`` after the ``n``-th failed attempt. Any other 4xx,
+a 2xx body that is not a chat completion (HTML, truncated JSON, JSON nested too deep, a string with a lone
+surrogate), an answer over ``max_answer_bytes``, an error of the request itself (an illegal header), an exhausted
+budget or an open circuit raise :class:`~prover_core.errors.JudgeError` at once. An error status (5xx included)
+whose body says a request parameter is not supported (e.g. llama.cpp's 500 "tools param requires --jinja flag")
+is not transient: it raises :class:`~prover_core.errors.JudgeUnsupportedError` at once, with a hint. The API key
+is sent as a bearer token; it, the ``extra_headers`` values and the proxy are scrubbed from every error message
+and log line, in every form (:mod:`~prover_core.redaction`), before any excerpt is cut.
 
 Each attempt has one deadline, ``timeout_s``, for the whole answer: connecting, sending and reading the
 full body (``asyncio.wait_for`` around the request; httpx's connect and read timeouts stay inside it). An
 attempt past it fails with :class:`AnswerTimeout` and is retried like any timeout, however slowly the
 server trickles its answer. The blocking :meth:`ChatClient.chat` runs the same async request.
+
+Usage figures are range-checked: a ``usage`` with a negative count is ignored (counted in ``usage_missing``), so
+a server cannot refill the token budget. A response that cannot be written to the cache is still used (the failed
+write is logged once and counted in ``cache_write_errors``).
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -29,12 +34,28 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+from tenacity import RetryCallState
 
 from prover_core._aio import run_sync
-from prover_core.connections import LoopPool, LoopPools, parse_retry_after
-from prover_core.errors import JudgeError, JudgeUnsupportedError
+from prover_core.connections import (
+    AnswerTooLarge,
+    LoopPool,
+    LoopPools,
+    Retryable,
+    RetryPolicy,
+    parse_retry_after,
+    read_capped,
+)
+from prover_core.errors import JudgeAnswerTooLargeError, JudgeError, JudgeUnsupportedError
 from prover_core.judges.llm.cache import ResponseCache, request_key
 from prover_core.judges.llm.config import LLMJudgeConfig
 from prover_core.judges.llm.stats import JudgeStats, Refused
@@ -90,6 +111,16 @@ def unsupported_hint(body: str) -> str:
 _LAX = ConfigDict(extra="ignore")
 
 
+def encodable(body: Any) -> bool:
+    """Whether ``body``'s strings are valid Unicode (no lone surrogate from a ``"\\ud800"`` escape), so that it can be
+    sent back, hashed and cached as UTF-8."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        return False
+    return True
+
+
 class ToolFunction(BaseModel):
     model_config = _LAX
     name: str
@@ -121,13 +152,13 @@ class Choice(BaseModel):
 
 class PromptTokensDetails(BaseModel):
     model_config = _LAX
-    cached_tokens: int | None = None
+    cached_tokens: int | None = Field(default=None, ge=0)
 
 
 class Usage(BaseModel):
     model_config = _LAX
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
     prompt_tokens_details: PromptTokensDetails | None = None
 
     @property
@@ -143,17 +174,18 @@ class ChatResponse(BaseModel):
     choices: list[Choice] = Field(min_length=1)
     usage: Usage | None = None
 
+    @field_validator("usage", mode="wrap")
+    @classmethod
+    def _usage_or_none(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A usage with counts out of range (negative) is no usage: the answer stays, its figures do not."""
+        try:
+            return handler(value)
+        except ValidationError:
+            return None
+
 
 class AnswerTimeout(httpx.TimeoutException):
     """An attempt's whole answer (connecting, sending, the full body) did not arrive within ``timeout_s``."""
-
-
-class _Retryable(Exception):
-    """A failed attempt worth another: a retryable status, a timeout or a connection error."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class ChatClient:
@@ -170,8 +202,20 @@ class ChatClient:
             connect_timeout_s=config.connect_timeout_s,
             api_key=self._key,
             headers=config.extra_headers,
+            proxy=config.proxy,
+        )
+        self.retry = RetryPolicy(
+            max_attempts=config.max_attempts,
+            statuses=RETRY_STATUSES,
+            server_errors=True,
+            retry_timeouts=True,
+            backoff_initial_s=config.backoff_initial_s,
+            backoff_max_s=config.backoff_max_s,
+            jitter_s=config.backoff_jitter_s,
+            max_retry_after_s=config.max_retry_after_s,
         )
         self.cache = ResponseCache(config.cache_dir) if config.cache_dir is not None else None
+        self._cache_warned = False
 
     # -- connection handling ---------------------------------------------------------------------
 
@@ -187,15 +231,11 @@ class ChatClient:
     # -- errors ----------------------------------------------------------------------------------
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key replaced by ``***``."""
-        if self._key is not None:
-            secret = self._key.get_secret_value()
-            if secret:
-                text = text.replace(secret, "***")
-        return text
+        """``text`` with every form of the API key, the header values and the proxy replaced by ``***``."""
+        return self._pools.redact(text)
 
     def _body_excerpt(self, response: httpx.Response) -> str:
-        return self.redact(response.text[:200].replace("\n", " "))
+        return self._pools.redact.excerpt(response.text)
 
     def _read(self, response: httpx.Response, latency: float, key: str) -> ChatResponse:
         """A chat response from an HTTP response, or the exception that says why not."""
@@ -206,9 +246,10 @@ class ChatClient:
                 f"chat server {self.config.endpoint} refused the request as unsupported (status {status}: "
                 f"{excerpt}); not retried, it would fail again: {unsupported_hint(excerpt)}"
             )
-        if status in RETRY_STATUSES or status >= 500:
-            raise _Retryable(
+        if self.retry.retries_status(status):
+            raise Retryable(
                 f"status {status}: {self._body_excerpt(response)}",
+                status,
                 parse_retry_after(response.headers.get("Retry-After")),
             )
         if status >= 400:
@@ -218,10 +259,15 @@ class ChatClient:
         kind = response.headers.get("content-type", "?")
         try:
             body = response.json()
-        except ValueError:
+        except (ValueError, RecursionError) as exc:
+            what = "JSON nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
             raise JudgeError(
-                f"chat server {self.config.endpoint} returned a body that is not JSON ({kind}): "
+                f"chat server {self.config.endpoint} returned a body that is {what} ({kind}): "
                 f"{self._body_excerpt(response)}"
+            ) from None
+        if not encodable(body):
+            raise JudgeError(
+                f"chat server {self.config.endpoint} returned text that is not valid Unicode (a lone surrogate)"
             ) from None
         try:
             parsed = ChatResponse.model_validate(body)
@@ -236,20 +282,21 @@ class ChatClient:
         else:
             self.stats.response(latency, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
         if self.cache is not None and isinstance(body, dict):
-            self.cache.put(key, body)
+            self._store(key, body)
         return parsed
 
-    # -- retry policy ----------------------------------------------------------------------------
+    def _store(self, key: str, body: dict[str, Any]) -> None:
+        """Write an answer to the cache; a failed write is logged (once) and counted, the answer kept."""
+        assert self.cache is not None
+        try:
+            self.cache.put(key, body)
+        except (OSError, ValueError, TypeError) as exc:
+            self.stats.add(cache_write_errors=1)
+            if not self._cache_warned:
+                self._cache_warned = True
+                log.warning("the judge's answer could not be written to the cache (%s: %s)", type(exc).__name__, exc)
 
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, _Retryable) and exc.retry_after is not None:
-            wait = min(exc.retry_after, self.config.max_retry_after_s)
-        else:
-            n = state.attempt_number
-            backoff = min(self.config.backoff_max_s, self.config.backoff_initial_s * 2 ** (n - 1))
-            wait = backoff + random.uniform(0.0, self.config.backoff_jitter_s)
-        return wait
+    # -- retry policy ----------------------------------------------------------------------------
 
     def _before_sleep(self, state: RetryCallState) -> None:
         """Count the wait before a retry (the retry itself is counted when it is sent, in ``admit``)."""
@@ -258,19 +305,7 @@ class ChatClient:
         exc = state.outcome.exception() if state.outcome is not None else None
         log.warning("judge request failed (%s); retry %d in %.2fs", exc, state.attempt_number, wait)
 
-    def _stop(self, state: RetryCallState) -> bool:
-        return state.attempt_number >= self.config.max_attempts or self.stats.circuit_open
-
-    def _retry_kwargs(self) -> dict[str, Any]:
-        return dict(
-            stop=self._stop,
-            wait=self._wait,
-            retry=retry_if_exception_type(_Retryable),
-            before_sleep=self._before_sleep,
-            reraise=True,
-        )
-
-    def _exhausted(self, exc: _Retryable, attempts: int) -> JudgeError:
+    def _exhausted(self, exc: Retryable, attempts: int) -> JudgeError:
         circuit = "; circuit open: no more judge calls this step" if self.stats.circuit_open else ""
         return JudgeError(
             f"chat server {self.config.endpoint} failed after {attempts} attempt(s){circuit}: {self.redact(str(exc))}"
@@ -281,17 +316,19 @@ class ChatClient:
         self.stats.failure()
         text = self.redact(str(exc))
         detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        if isinstance(exc, httpx.TimeoutException):
-            limits = f"timeout_s={self.config.timeout_s:g}, connect_timeout_s={self.config.connect_timeout_s:g}"
-            return _Retryable(f"timed out ({detail}; {limits})")
-        if isinstance(exc, httpx.TransportError):
-            return _Retryable(f"connection error ({detail})")
+        if self.retry.retries_error(exc):
+            if isinstance(exc, httpx.TimeoutException):
+                limits = f"timeout_s={self.config.timeout_s:g}, connect_timeout_s={self.config.connect_timeout_s:g}"
+                return Retryable(f"timed out ({detail}; {limits})")
+            return Retryable(f"connection error ({detail})")
         return JudgeError(f"request to chat server {self.config.endpoint} failed: {detail}")
 
     async def _post(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> httpx.Response:
-        """POST ``payload`` and read the whole answer within ``timeout_s``; :class:`AnswerTimeout` past it."""
+        """POST ``payload`` and read the whole answer (at most ``max_answer_bytes``) within ``timeout_s``;
+        :class:`AnswerTimeout` past it."""
+        c = self.config
         try:
-            return await asyncio.wait_for(client.post(self.config.endpoint, json=payload), self.config.timeout_s)
+            return await asyncio.wait_for(read_capped(client, c.endpoint, payload, c.max_answer_bytes), c.timeout_s)
         except asyncio.TimeoutError:
             raise AnswerTimeout("the whole answer took longer than timeout_s") from None
 
@@ -299,7 +336,7 @@ class ChatClient:
         if self.cache is None:
             return None
         body = self.cache.get(key)
-        if body is None:
+        if body is None or not encodable(body):
             return None
         try:
             parsed = ChatResponse.model_validate(body)
@@ -309,10 +346,10 @@ class ChatClient:
         return parsed
 
     def _failed(self, call: Callable[[], T]) -> T:
-        """Run ``call``; count a :class:`JudgeError` or :class:`_Retryable` as a failed attempt."""
+        """Run ``call``; count a :class:`JudgeError` or :class:`Retryable` as a failed attempt."""
         try:
             return call()
-        except (JudgeError, _Retryable):
+        except (JudgeError, Retryable):
             self.stats.failure()
             raise
 
@@ -321,7 +358,7 @@ class ChatClient:
         if isinstance(exc, Refused):
             return exc  # not sent: not a failure of the server
         self.stats.request_failed()
-        if isinstance(exc, _Retryable):
+        if isinstance(exc, Retryable):
             return self._exhausted(exc, attempts)
         assert isinstance(exc, JudgeError)
         return exc
@@ -346,15 +383,20 @@ class ChatClient:
                     response = await self._post(client, payload)
                 except httpx.HTTPError as exc:
                     raise self._transport(exc) from None
+                except AnswerTooLarge as exc:
+                    self.stats.failure()
+                    raise JudgeAnswerTooLargeError(
+                        f"chat server {self.config.endpoint}: {exc} (max_answer_bytes)"
+                    ) from None
             return self._failed(lambda: self._read(response, time.perf_counter() - start, key))
 
         attempts = 0
         try:
-            async for trial in AsyncRetrying(**self._retry_kwargs()):
+            async for trial in self.retry.retrying(self._before_sleep, stop=lambda _: self.stats.circuit_open):
                 with trial:
                     attempts = trial.retry_state.attempt_number
                     return await attempt(attempts)
-        except (_Retryable, JudgeError) as exc:
+        except (Retryable, JudgeError) as exc:
             raise self._request_failed(exc, attempts) from None
         raise AssertionError("unreachable")  # pragma: no cover
 

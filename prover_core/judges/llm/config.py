@@ -2,18 +2,20 @@
 
 The API key is never a field of the config: the config names an environment variable
 (``api_key_env``) and :meth:`LLMJudgeConfig.api_key` reads it into a :class:`pydantic.SecretStr`, so
-it cannot appear in a repr, a log line or a serialised config.
+it cannot appear in a repr, a log line or a serialised config. ``extra_headers`` and ``proxy`` are left out of the
+repr too, and their values are scrubbed from messages like the key (:mod:`~prover_core.redaction`).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from prover_core._finite import FINITE
+from prover_core.connections import MAX_ANSWER_BYTES
+from prover_core.redaction import read_key, refuse_url_credentials
 
 Mode = Literal["structured", "agentic"]
 ResponseFormat = Literal["json_schema", "json_object", "none"]
@@ -46,7 +48,11 @@ class LLMJudgeConfig(BaseModel):
     model: str = Field(min_length=1)
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (``None``: send no ``Authorization`` header)."""
-    extra_headers: dict[str, str] = Field(default_factory=dict)
+    extra_headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Sent with every request; their values (of 8 characters or more) are treated as secrets: never in a repr or a
+    message."""
+    proxy: str | None = Field(default=None, repr=False)
+    """The proxy to send requests through; ``None``: none (the environment's proxy variables are ignored)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Merged into every request body (e.g. ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM).
     A key the judge sets itself (:data:`RESERVED_BODY_KEYS`) is refused when the config is built."""
@@ -102,6 +108,9 @@ class LLMJudgeConfig(BaseModel):
     max_search_results: int = Field(default=8, ge=1)
     max_segment_read: int = Field(default=12, ge=1)
     """``get_segment`` returns at most this many turns per call."""
+    max_tool_calls_per_reply: int = Field(default=8, ge=1)
+    """Agentic mode: tool calls of one reply that are run; more is a violation and the rest are dropped from the
+    history (each call's name and arguments are kept clipped to ``max_field_chars``)."""
 
     # Transport.
     timeout_s: float = Field(default=120.0, gt=0.0)
@@ -110,6 +119,9 @@ class LLMJudgeConfig(BaseModel):
     is retried as a timeout. The read timeout (also ``timeout_s``) stays inside it."""
     connect_timeout_s: float = Field(default=10.0, gt=0.0)
     """Limit on connecting, inside the ``timeout_s`` deadline."""
+    max_answer_bytes: int = Field(default=MAX_ANSWER_BYTES, ge=1)
+    """An answer's body is read up to this many bytes; past it the request fails
+    (:class:`~prover_core.errors.JudgeAnswerTooLargeError`, not retried)."""
     max_concurrency: int = Field(default=16, ge=1)
     """Requests in flight at once (and the size of the connection pool)."""
     max_attempts: int = Field(default=4, ge=1)
@@ -135,7 +147,8 @@ class LLMJudgeConfig(BaseModel):
     def _http_url(cls, url: str) -> str:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
-        return url.rstrip("/")
+        return refuse_url_credentials(url).rstrip("/")  # CredentialError is not a ValueError: pydantic does not
+        # wrap it in a ValidationError, whose message would show the URL as given
 
     @field_validator("extra_body")
     @classmethod
@@ -153,10 +166,9 @@ class LLMJudgeConfig(BaseModel):
         return f"{self.base_url}/chat/completions"
 
     def api_key(self) -> SecretStr | None:
-        """The key from ``api_key_env``; ``None`` when no variable is named. Raises if it is named but unset."""
+        """The key from ``api_key_env`` (:func:`~prover_core.redaction.read_key`: stripped; unset or blank raises
+        :class:`ValueError`, a non-printable character :class:`~prover_core.errors.CredentialError`); ``None`` when
+        no variable is named."""
         if self.api_key_env is None:
             return None
-        value = os.environ.get(self.api_key_env)
-        if not value:
-            raise ValueError(f"environment variable {self.api_key_env!r} (the judge's API key) is not set")
-        return SecretStr(value)
+        return read_key(self.api_key_env, "the judge's API key")

@@ -161,16 +161,23 @@ class Conversation:
         round_no = self.tool_rounds
         self._batches += 1
         batch = self._batches
-        ids = [call.id or f"call_{round_no}_{i}" for i, call in enumerate(calls)]
+        problems: list[str] = []
+        cap, limit = self.config.max_tool_calls_per_reply, self.config.max_field_chars
+        dropped = ""
+        if len(calls) > cap:
+            dropped = f"{len(calls)} tool calls in one reply; at most {cap} are run, the rest were dropped"
+            problems.append(dropped)
+            calls = calls[:cap]
+        ids = [call.id if call.id and len(call.id) <= 64 else f"call_{round_no}_{i}" for i, call in enumerate(calls)]
         self._append(
             {
                 "role": "assistant",
-                "content": content,
+                "content": clip(content, limit) if content is not None else None,
                 "tool_calls": [
                     {
                         "id": i,
                         "type": "function",
-                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                        "function": {"name": clip(c.function.name, 64), "arguments": clip(c.function.arguments, limit)},
                     }
                     for i, c in zip(ids, calls, strict=True)
                 ],
@@ -178,7 +185,6 @@ class Conversation:
             "tool_call",
             batch,
         )
-        problems: list[str] = []
         for call_id, call in zip(ids, calls, strict=True):
             if not self.tools_open:
                 result = "error: no more tool calls are allowed; answer with the JSON object"
@@ -192,6 +198,8 @@ class Conversation:
                     problems.append(str(exc))
             result = clip(result, self.config.max_history_chars // 4)
             self._append({"role": "tool", "tool_call_id": call_id, "content": result}, "tool", batch)
+        if dropped:
+            self._append({"role": "user", "content": f"{dropped}. Call at most {cap} tools in one reply."}, "note")
         if self.tools_open:
             self.tool_rounds += 1
             if self.tool_rounds >= self.config.max_tool_rounds:

@@ -56,7 +56,7 @@ def _object(text: str) -> Any:
     for candidate in (text.strip(), text[text.find("{") : text.rfind("}") + 1]):
         try:
             return json.loads(candidate)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
     return None
 

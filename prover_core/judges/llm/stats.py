@@ -8,7 +8,8 @@ Counters (all per step, since the last ``new_step()``):
 * ``prompt_tokens``: prompt tokens the server did *not* serve from its prefix cache (``usage.prompt_tokens``
   minus ``usage.prompt_tokens_details.cached_tokens``); ``cached_prompt_tokens``: those it did;
   ``completion_tokens``. ``usage_missing`` counts responses without ``usage``. ``cache_hits``: responses
-  served from the on-disk cache (no call).
+  served from the on-disk cache (no call); ``cache_write_errors``: answers that could not be written to it (each
+  still used).
 * ``latency_s``: seconds spent waiting for responses (sum); ``latency_max_s``; ``retry_wait_s``:
   seconds slept between attempts (backoff or ``Retry-After``).
 * ``repairs``: answers sent back with the reason they were invalid; ``tool_calls``, ``tool_rounds``.
@@ -34,6 +35,7 @@ COUNTERS = (
     "retries",
     "failed_requests",
     "cache_hits",
+    "cache_write_errors",
     "prompt_tokens",
     "cached_prompt_tokens",
     "completion_tokens",

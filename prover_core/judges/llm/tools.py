@@ -100,6 +100,8 @@ class Toolbox:
             args = json.loads(arguments or "{}")
         except json.JSONDecodeError as exc:
             raise ToolError(f"the arguments of {name} are not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise ToolError(f"the arguments of {name} nest JSON too deeply") from None
         if not isinstance(args, dict):
             raise ToolError(f"the arguments of {name} must be a JSON object")
         try:

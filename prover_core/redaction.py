@@ -1,0 +1,106 @@
+"""Secrets of the library's HTTP clients (the engines and the LLM judge): reading a key, keeping URLs free of
+credentials, and scrubbing every form of a secret from the text of a message.
+
+* :func:`read_key`: the key in an environment variable, stripped of surrounding whitespace (a secret file
+  mounted with its final newline, a CRLF ``.env``); a key with a character that cannot travel in an HTTP
+  header (non-printable or non-ASCII) is refused with a :class:`~prover_core.errors.CredentialError` that
+  names the variable, never the value.
+* :func:`refuse_url_credentials`: a URL with ``user:password@`` is refused (the error shows it with the
+  credentials replaced by ``***``); keys travel in ``Authorization`` headers, never in URLs, which reach
+  reprs, logs and reports.
+* :class:`Redactor`: replaces each secret in a text by ``***`` in every form it may take in a message: raw,
+  ``repr``-escaped, JSON-escaped and percent-encoded. A message is redacted whole, before any excerpt is cut
+  (:meth:`Redactor.excerpt`), so a secret across the cut cannot keep a prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+from prover_core.errors import CredentialError
+
+MASK = "***"
+"""What a secret is replaced by."""
+MIN_HEADER_SECRET = 8
+"""Header values shorter than this are not treated as secrets (a flag such as ``"1"`` would mask every digit 1)."""
+
+
+def read_key(variable: str, role: str) -> SecretStr:
+    """The key held by the environment variable ``variable`` (``role`` says whose key, for messages).
+
+    Surrounding whitespace is stripped; a variable that is unset or blank raises :class:`ValueError`, a key with
+    a non-printable or non-ASCII character :class:`~prover_core.errors.CredentialError`; neither shows the value.
+    """
+    value = (os.environ.get(variable) or "").strip()
+    if not value:
+        raise ValueError(f"the environment variable {variable!r} ({role}) is not set")
+    if not (value.isascii() and value.isprintable()):
+        raise CredentialError(
+            f"the environment variable {variable!r} ({role}) holds a non-printable or non-ASCII character inside "
+            "the key, which cannot be sent in an HTTP header (the value is not shown)"
+        )
+    return SecretStr(value)
+
+
+def refuse_url_credentials(url: str, what: str = "base_url") -> str:
+    """``url`` unchanged if it carries no ``user:password@``; else :class:`~prover_core.errors.CredentialError`."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    shown = urlunsplit(parts._replace(netloc=f"{MASK}@{host}"))
+    raise CredentialError(
+        f"{what} {shown} carries credentials: give the URL without them and the key through api_key_env "
+        "(sent as a bearer token), or a header through headers/extra_headers"
+    )
+
+
+def header_secrets(headers: Mapping[str, str]) -> list[str]:
+    """The values of ``headers`` treated as secrets: those of at least :data:`MIN_HEADER_SECRET` characters."""
+    return [value for value in headers.values() if len(value.strip()) >= MIN_HEADER_SECRET]
+
+
+def forms(secret: str) -> set[str]:
+    """The forms ``secret`` may take in a message: raw, ``repr``-escaped, JSON-escaped, percent-encoded."""
+    return {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], quote(secret, safe=""), quote(secret)} - {""}
+
+
+class Redactor:
+    """Replaces every form (:func:`forms`) of each secret by ``***``, longest first."""
+
+    def __init__(self, secrets: Iterable[str | SecretStr | None] = ()) -> None:
+        found: set[str] = set()
+        for secret in secrets:
+            text = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+            if text:
+                found |= forms(text) | forms(text.strip())
+        self._forms = sorted(found, key=len, reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every form of every secret replaced by ``***``."""
+        for form in self._forms:
+            text = text.replace(form, MASK)
+        return text
+
+    def excerpt(self, text: str, limit: int = 200) -> str:
+        """The first ``limit`` characters of ``text`` on one line, redacted before it is cut."""
+        return self(text).replace("\r", " ").replace("\n", " ")[:limit]
+
+
+__all__ = [
+    "MASK",
+    "MIN_HEADER_SECRET",
+    "Redactor",
+    "forms",
+    "header_secrets",
+    "read_key",
+    "refuse_url_credentials",
+]
