@@ -68,6 +68,8 @@ _JUDGE_OPTIONS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from prover_core.judges import judge_names
+
     parser = argparse.ArgumentParser(prog="prover", description="Propose, Verify, Credit for agentic RL.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-k", type=positive_int, default=4, help="continuations per boundary (default 4, the library's; the paper's 8)"
     )
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--judge", choices=("choice", "anchor", "divergence", "random"), default="choice")
+    demo.add_argument("--judge", choices=judge_names(), default="choice", help="a registered judge (default choice)")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
     add_llm_judge_options(demo)
     sub.add_parser(

@@ -115,9 +115,10 @@ class AnchorJudge:
         return out
 
     def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
-        if last < 0:
-            return Decline(reason=f"trajectory has {success.num_turns} turns: no admissible segment")
+        declined = rules.no_segment(success)
+        if declined is not None:
+            return declined
+        last = rules.last_end(success.num_turns)
         stats = self.evidence(success, failures, last)
         strong = [e for e in stats if e.visited >= self.min_failures and (e.q < self.jump or e.p <= self.alpha)]
         if not strong:

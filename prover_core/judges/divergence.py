@@ -40,7 +40,7 @@ class DivergenceJudge:
             for obs, actions in taken.items():
                 seen.setdefault(obs, []).append(actions)
 
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
+        last = rules.last_end(success.num_turns)
         ranked: list[tuple[bool, int, int]] = []  # (next observation new to the failures, |F_t|, -t)
         for t in range(last + 1):
             turn = success.turns[t]
