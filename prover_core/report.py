@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prover_core.acceptance import Direction as Direction  # re-exported: defined beside the rules
 from prover_core.batch_checks import WARNING_KINDS, BatchWarning
 from prover_core.data import Proposal, Verification
 
 Status = Literal["not_eligible", "unverified", "declined", "skipped", "rejected", "accepted"]
 Stage = Literal["trigger", "propose", "verify", "credit"]
-Direction = Literal["gain", "drop"]
 FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
 TIMED_STAGES = ("propose", "verify", "credit", "total")
 FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error")
