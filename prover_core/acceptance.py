@@ -31,7 +31,20 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
+__all__ = [
+    "AcceptanceRule",
+    "Coupling",
+    "Direction",
+    "RuleName",
+    "RULES",
+    "acceptance_probability",
+    "clopper_pearson_lower",
+    "clopper_pearson_upper",
+    "prob_post_greater",
+]
+
 RuleName = Literal["delta_positive", "beta_posterior", "lower_confidence_bound"]
+"""The acceptance rules by name (``ProverConfig.acceptance``)."""
 Direction = Literal["gain", "drop"]
 """What verification tests: a gain (``p_post > p_pre``, positive credit) or a drop (``p_pre > p_post``, negative
 credit)."""
@@ -40,6 +53,7 @@ Coupling = Literal["independent", "shared_uniform"]
 ``R = 1{u_i < p}`` from one shared uniform ``u_i`` (perfect common random numbers)."""
 
 RULES: tuple[RuleName, ...] = ("delta_positive", "beta_posterior", "lower_confidence_bound")
+"""Every rule name, the paper's first."""
 
 
 def _log_beta(a: float, b: float) -> float:

@@ -21,6 +21,19 @@ from pydantic_core import to_jsonable_python
 
 from prover_core.errors import InvalidOutcomeError, InvalidSegmentError
 
+__all__ = [
+    "Decline",
+    "Outcome",
+    "Proposal",
+    "Segment",
+    "SegmentRules",
+    "Trajectory",
+    "Turn",
+    "Verification",
+    "as_binary",
+    "json_plain",
+]
+
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 

@@ -1,6 +1,68 @@
-"""Typed exceptions. Everything the library raises on purpose derives from :class:`ProverError`."""
+"""Typed exceptions. Everything the library raises on purpose derives from :class:`ProverError`.
+
+The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it against the classes)::
+
+    ProverError
+        HostImportError [ImportError]
+        InvalidBatchError [ValueError]
+        InvalidSegmentError [ValueError]
+        TokenRecordError [ValueError]
+        JudgeError
+            JudgeUnsupportedError
+            JudgeTimeoutError
+        RestoreError
+            ReplayMismatchError
+        ContinuationError
+            ContinuationLimitError
+                RolloutLimitError
+            ContinuationTimeoutError
+            EngineError
+                EngineTimeoutError [ContinuationTimeoutError]
+                EngineHTTPError
+                EngineResponseError
+                ContextLengthError
+            WorkerLostError
+            InvalidOutcomeError [ValueError]
+        UsageError
+            ProtocolError [TypeError]
+            EventLoopError [RuntimeError]
+            MissingReseedError [ValueError]
+            ResourceError [ValueError]
+
+A :class:`ContinuationError` is counted as a failed continuation, never raised out of ``compute_bonus``
+(unless ``ProverConfig.strict``); a :class:`UsageError` is raised at once, never recorded as a skip.
+"""
 
 from __future__ import annotations
+
+__all__ = [
+    "ContextLengthError",
+    "ContinuationError",
+    "ContinuationLimitError",
+    "ContinuationTimeoutError",
+    "EngineError",
+    "EngineHTTPError",
+    "EngineResponseError",
+    "EngineTimeoutError",
+    "EventLoopError",
+    "HostImportError",
+    "InvalidBatchError",
+    "InvalidOutcomeError",
+    "InvalidSegmentError",
+    "JudgeError",
+    "JudgeTimeoutError",
+    "JudgeUnsupportedError",
+    "MissingReseedError",
+    "ProtocolError",
+    "ProverError",
+    "ReplayMismatchError",
+    "ResourceError",
+    "RestoreError",
+    "RolloutLimitError",
+    "TokenRecordError",
+    "UsageError",
+    "WorkerLostError",
+]
 
 
 class ProverError(Exception):

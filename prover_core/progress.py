@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from prover_core.report import GroupRecord
 from prover_core.text import shorten
 
+__all__ = ["Progress", "ProgressFn", "StageClock", "format_progress", "union_length"]
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -34,6 +36,7 @@ class Progress:
 
 
 ProgressFn = Callable[[Progress], object]
+"""A callback that receives each :class:`Progress` update."""
 
 
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:

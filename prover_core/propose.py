@@ -15,6 +15,8 @@ from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 from prover_core.errors import InvalidSegmentError, JudgeError, ProverError
 from prover_core.protocols import Judge
 
+__all__ = ["propose"]
+
 
 def takes_others(judge: Judge) -> bool:
     """Whether ``judge.propose`` has a keyword-only parameter ``others`` (the group's other runs with the

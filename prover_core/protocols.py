@@ -17,6 +17,21 @@ import numpy as np
 
 from prover_core.data import Decline, Outcome, Proposal, SegmentRules, Trajectory, Turn
 
+__all__ = [
+    "ContinueFn",
+    "Episode",
+    "FunctionPolicy",
+    "Judge",
+    "Policy",
+    "POLICY_STREAM",
+    "PolicyContext",
+    "PolicyFn",
+    "RestorableEnv",
+    "Step",
+    "as_policy",
+    "policy_rng",
+]
+
 
 @dataclass(frozen=True)
 class Step:
@@ -80,6 +95,7 @@ class PolicyContext:
 
 
 POLICY_STREAM = 0x9E3779B9
+"""The stream constant of the policy's per-turn generator (:func:`policy_rng`)."""
 
 
 def policy_rng(seed: int) -> np.random.Generator:

@@ -11,11 +11,18 @@ from prover_core.acceptance import Direction as Direction  # re-exported: define
 from prover_core.batch_checks import WARNING_KINDS, BatchWarning
 from prover_core.data import Proposal, Verification
 
+__all__ = ["FAILURE_KINDS", "FailureKind", "GroupRecord", "Report", "Stage", "Status", "TIMED_STAGES", "VerifyStats"]
+
 Status = Literal["not_eligible", "unverified", "declined", "skipped", "rejected", "accepted"]
+"""What became of a group, from the trigger to the credit."""
 Stage = Literal["trigger", "propose", "verify", "credit"]
+"""The stage that settled a group's record (where it was left out, declined or skipped, or credited)."""
 FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
+"""Why a continuation failed, as counted in :class:`VerifyStats`."""
 TIMED_STAGES = ("propose", "verify", "credit", "total")
+"""The stages whose wall time the report carries (``prover/time/<stage>``), and the total."""
 FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error")
+"""Every :data:`FailureKind`, in report order."""
 
 
 class VerifyStats(BaseModel):

@@ -18,6 +18,8 @@ from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
 from prover_core.report import Direction, GroupRecord
 
+__all__ = ["capped", "is_eligible", "longest_failure", "representative", "success_rate", "trigger"]
+
 
 def success_rate(group: Sequence[Trajectory]) -> float:
     """Fraction of the group's trajectories that succeeded."""

@@ -73,8 +73,8 @@ def summary(module: ModuleType, name: str, obj: object) -> tuple[str, str]:
         if issubclass(obj, BaseException):
             kind = "exception"
         return kind, first_paragraph(obj.__doc__ or "")
-    if inspect.isfunction(obj) or inspect.isbuiltin(obj):
-        kind = "async function" if inspect.iscoroutinefunction(obj) else "function"
+    if inspect.isfunction(inspect.unwrap(obj)) or inspect.isbuiltin(obj):  # unwrap: through functools.cache
+        kind = "async function" if inspect.iscoroutinefunction(inspect.unwrap(obj)) else "function"
         return kind, first_paragraph(obj.__doc__ or "")
     if inspect.ismodule(obj):
         return "module", first_paragraph(obj.__doc__ or "")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from prover_core.bonus import BonusResult, compute_bonus
 from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
-from prover_core.demo.mdp import MDPEnv, exact_success_probability
+from prover_core.demo._finite_mdp import MDPEnv, exact_success_probability
 from prover_core.demo.vault import VaultMDP, vault_policy
 from prover_core.judges import make_judge
 from prover_core.protocols import Judge
@@ -18,6 +18,17 @@ from prover_core.record import record_episode
 from prover_core.report import Report
 from prover_core.restore import SnapshotEnv
 from prover_core.text import shorten
+
+__all__ = [
+    "DemoRun",
+    "render",
+    "render_skips",
+    "rollout_batch",
+    "run_demo",
+    "skip_reasons",
+    "states_along",
+    "word_count",
+]
 
 
 def word_count(text: object) -> int:

@@ -61,6 +61,8 @@ from dataclasses import dataclass
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 from prover_core.judges.keys import Key, repeating_key, value_key
 
+__all__ = ["ChoiceEvidence", "ChoiceJudge", "choice_evidence", "fisher_p"]
+
 
 @dataclass(frozen=True)
 class ChoiceEvidence:

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 from prover_core.protocols import Judge
 
+__all__ = ["FirstOf"]
+
 
 class FirstOf:
     """The first judge in order whose answer is a :class:`Proposal`; a :class:`Decline` with all reasons

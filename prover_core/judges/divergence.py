@@ -16,6 +16,8 @@ from typing import Any
 
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 
+__all__ = ["DivergenceJudge"]
+
 
 def _default_key(value: Any) -> Hashable:
     return value if isinstance(value, Hashable) else repr(value)

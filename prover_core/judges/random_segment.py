@@ -9,6 +9,8 @@ import numpy as np
 
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 
+__all__ = ["RandomJudge"]
+
 
 class RandomJudge:
     """Picks uniformly among all admissible segments of the successful trajectory.
