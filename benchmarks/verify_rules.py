@@ -37,11 +37,12 @@ from prover_core import (
 )
 from prover_core.acceptance import AcceptanceRule, acceptance_probability
 from prover_core.continuations import hook_continuer
+from prover_core.curtail import curtailed_cost
 from prover_core.demo import MDPEnv, VaultMDP, exact_success_probability, vault_policy
 from prover_core.demo.run import rollout_batch, states_along
 from prover_core.protocols import Judge, Step
 from prover_core.sequential import operating_characteristics, pair_probabilities
-from prover_core.verify import curtailed_cost, sequential_test, verify_segment_detailed
+from prover_core.verify import sequential_test, verify_segment_detailed
 
 RULES: dict[str, ProverConfig] = {
     "fixed K=8, Delta > 0 (paper)": ProverConfig(k=8, curtail=False),
@@ -122,7 +123,7 @@ def exact_tally(config: ProverConfig, coupling: str) -> Tally:
         else:
             rule = AcceptanceRule(config.acceptance, config.posterior_threshold, config.lcb_alpha)
             prob, bonus = acceptance_probability(rule, p_pre, p_post, config.k, coupling)  # type: ignore[arg-type]
-            spent = curtailed_cost(p_post, config) if config.curtail else 2 * config.k  # post runs first
+            spent = curtailed_cost(p_post, config.k, rule) if config.curtail else 2 * config.k  # post runs first
             tally.add(p_post - p_pre, prob, spent, bonus)
     return tally
 

@@ -31,12 +31,29 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
+__all__ = [
+    "AcceptanceRule",
+    "Coupling",
+    "Direction",
+    "RuleName",
+    "RULES",
+    "acceptance_probability",
+    "clopper_pearson_lower",
+    "clopper_pearson_upper",
+    "prob_post_greater",
+]
+
 RuleName = Literal["delta_positive", "beta_posterior", "lower_confidence_bound"]
+"""The acceptance rules by name (``ProverConfig.acceptance``)."""
+Direction = Literal["gain", "drop"]
+"""What verification tests: a gain (``p_post > p_pre``, positive credit) or a drop (``p_pre > p_post``, negative
+credit)."""
 Coupling = Literal["independent", "shared_uniform"]
 """How pre continuation ``i`` and post continuation ``i`` are coupled: independent draws, or both
 ``R = 1{u_i < p}`` from one shared uniform ``u_i`` (perfect common random numbers)."""
 
 RULES: tuple[RuleName, ...] = ("delta_positive", "beta_posterior", "lower_confidence_bound")
+"""Every rule name, the paper's first."""
 
 
 def _log_beta(a: float, b: float) -> float:
@@ -129,6 +146,14 @@ class AcceptanceRule:
             f"Delta = {delta:+.3f}, lower bound of p_post {low:.3f} {'>' if ok else '<='} "
             f"upper bound of p_pre {high:.3f} (alpha = {self.alpha})"
         )
+
+    def accept(self, x: int, m: int, y: int, n: int, direction: Direction = "gain") -> tuple[bool, str]:
+        """:meth:`decide` for ``direction``: a gain from ``x/m`` (pre) to ``y/n`` (post), or a drop, tested as the
+        gain with the roles of pre and post swapped (negative credit)."""
+        if direction == "gain":
+            return self.decide(x, m, y, n)
+        ok, reason = self.decide(y, n, x, m)
+        return ok, f"drop (roles of pre and post swapped): {reason}"
 
 
 def _binom_pmf(n: int, p: float) -> list[float]:

@@ -47,7 +47,7 @@ def control_segment(success: Trajectory, length: int, rules: SegmentRules, seed:
     """A uniformly random admissible segment of ``length`` turns on ``success`` (``None`` when none has that
     length): its start drawn uniformly from ``0..last - length + 1``, ``last`` the admissible end
     (``rules``), from a generator seeded by ``(seed, success.id)``."""
-    last = success.num_turns - (2 if rules.nonterminal_end else 1)
+    last = rules.last_end(success.num_turns)
     starts = last - length + 2
     if length < 1 or length > rules.max_turns or starts < 1:
         return None

@@ -2,8 +2,10 @@
 
 Bad arguments (a count below 1, a non-positive timeout, LLM-judge options without ``--judge-url``, a
 judge config the library refuses) end in argparse's usage message and exit status 2, never a
-traceback. ``prover demo`` prints why groups were skipped and exits 1 when every eligible group was
-skipped (nothing was verified), e.g. when the judge's server is too slow for ``--judge-timeout``.
+traceback. ``prover bench`` runs the ``prover-bench`` command of the benchmarks' distribution (its
+console-script entry point), or says what to install. ``prover demo`` prints why groups were skipped
+and exits 1 when every eligible group was skipped (nothing was verified), e.g. when the judge's server
+is too slow for ``--judge-timeout``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from prover_core.judges.llm import LLMJudge
+
+__all__ = ["add_llm_judge_options", "build_parser", "llm_judge_from_args", "main", "positive_float", "positive_int"]
 
 
 def _version() -> str:
@@ -68,6 +72,9 @@ _JUDGE_OPTIONS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``prover`` command's parser: ``demo`` with its options, and ``bench``, handed over whole."""
+    from prover_core.judges import judge_names
+
     parser = argparse.ArgumentParser(prog="prover", description="Propose, Verify, Credit for agentic RL.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-k", type=positive_int, default=4, help="continuations per boundary (default 4, the library's; the paper's 8)"
     )
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--judge", choices=("choice", "anchor", "divergence", "random"), default="choice")
+    demo.add_argument("--judge", choices=judge_names(), default="choice", help="a registered judge (default choice)")
     demo.add_argument("--json", action="store_true", help="print the report's metrics as JSON")
     add_llm_judge_options(demo)
     sub.add_parser(
@@ -135,6 +142,7 @@ BENCH_INSTALL = "pip install -e . -e ./benchmarks  (from a checkout: the prover-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``prover argv`` (default: the command line); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
         return _bench(argv[1:])
@@ -161,13 +169,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    """``prover bench ...``: the benchmarks' own command (:mod:`prover_bench.cli`), or what to install."""
+    """``prover bench ...``: the ``prover-bench`` command of the benchmarks' distribution, found through its entry
+    point (the library imports none of the benchmarks), or what to install."""
+    from importlib.metadata import entry_points
+
+    missing = f"prover bench: the benchmarks are a distribution of their own: {BENCH_INSTALL}"
+    found = entry_points(group="console_scripts", name="prover-bench")
+    if not found:
+        print(missing, file=sys.stderr)
+        return 2
     try:
-        from prover_bench.cli import main as bench_main  # type: ignore[import-not-found, unused-ignore]
-    except ImportError as exc:
-        if exc.name not in ("prover_bench", "prover_bench.cli"):
+        bench_main = next(iter(found)).load()
+    except ImportError as exc:  # installed once, its package gone since
+        if not (exc.name or "").startswith("prover_bench"):
             raise
-        print(f"prover bench: the benchmarks are a distribution of their own: {BENCH_INSTALL}", file=sys.stderr)
+        print(missing, file=sys.stderr)
         return 2
     code: int = bench_main(argv)
     return code

@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from prover_core._finite import FINITE
 from prover_core.data import SegmentRules
 
+__all__ = ["ProverConfig"]
+
 
 class ProverConfig(BaseModel):
     """Configuration of Propose, Verify, Credit.

@@ -17,6 +17,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from prover_core.data import Segment, Trajectory
 
+__all__ = ["action_mask", "mask_runs", "segment_bonus", "spans_off_mask", "spread_to_tokens"]
+
 
 def segment_bonus(num_turns: int, segment: Segment, delta: float, lam: float = 1.0) -> NDArray[np.float64]:
     """Per-turn bonus: ``lam * delta`` on turns ``segment.start..segment.end``, 0 elsewhere."""

@@ -21,6 +21,19 @@ from pydantic_core import to_jsonable_python
 
 from prover_core.errors import InvalidOutcomeError, InvalidSegmentError
 
+__all__ = [
+    "Decline",
+    "Outcome",
+    "Proposal",
+    "Segment",
+    "SegmentRules",
+    "Trajectory",
+    "Turn",
+    "Verification",
+    "as_binary",
+    "json_plain",
+]
+
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -155,6 +168,17 @@ class SegmentRules:
     max_turns: int = 4
     nonterminal_end: bool = True
 
+    def last_end(self, num_turns: int) -> int:
+        """The last turn an admissible segment of a ``num_turns``-turn trajectory may end on: ``T - 2`` under
+        a nonterminal end, else ``T - 1``; negative when no segment is admissible."""
+        return num_turns - (2 if self.nonterminal_end else 1)
+
+    def no_segment(self, trajectory: Trajectory) -> Decline | None:
+        """A :class:`Decline` when ``trajectory`` has no admissible segment (``last_end < 0``), else ``None``."""
+        if self.last_end(trajectory.num_turns) < 0:
+            return Decline(reason=f"trajectory has {trajectory.num_turns} turns: no admissible segment")
+        return None
+
     def violation(self, segment: Segment, trajectory: Trajectory) -> str | None:
         """The reason ``segment`` is not admissible on ``trajectory``, or ``None`` when it is."""
         n = trajectory.num_turns
@@ -177,7 +201,7 @@ class SegmentRules:
 
     def candidates(self, trajectory: Trajectory) -> list[Segment]:
         """Every admissible segment of ``trajectory``, ordered by (start, end)."""
-        last = trajectory.num_turns - (2 if self.nonterminal_end else 1)
+        last = self.last_end(trajectory.num_turns)
         return [
             Segment(trajectory_id=trajectory.id, start=s, end=e)
             for s in range(last + 1)

@@ -1,6 +1,76 @@
-"""Typed exceptions. Everything the library raises on purpose derives from :class:`ProverError`."""
+"""Typed exceptions. Everything the library raises on purpose derives from :class:`ProverError`.
+
+The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it against the classes)::
+
+    ProverError
+        HostImportError [ImportError]
+        InvalidBatchError [ValueError]
+        InvalidSegmentError [ValueError]
+        TokenRecordError [ValueError]
+        AnswerTooLargeError
+        JudgeError
+            JudgeUnsupportedError
+            JudgeTimeoutError
+            JudgeAnswerTooLargeError [AnswerTooLargeError]
+        RestoreError
+            ReplayMismatchError
+        ContinuationError
+            ContinuationLimitError
+                RolloutLimitError
+            ContinuationTimeoutError
+            EngineError
+                EngineTimeoutError [ContinuationTimeoutError]
+                EngineHTTPError
+                EngineResponseError
+                    EngineAnswerTooLargeError [AnswerTooLargeError]
+                ContextLengthError
+            WorkerLostError
+            InvalidOutcomeError [ValueError]
+        UsageError
+            ProtocolError [TypeError]
+            EventLoopError [RuntimeError]
+            MissingReseedError [ValueError]
+            ResourceError [ValueError]
+            CredentialError
+
+A :class:`ContinuationError` is counted as a failed continuation, never raised out of ``compute_bonus``
+(unless ``ProverConfig.strict``); a :class:`UsageError` is raised at once, never recorded as a skip.
+"""
 
 from __future__ import annotations
+
+__all__ = [
+    "AnswerTooLargeError",
+    "ContextLengthError",
+    "ContinuationError",
+    "ContinuationLimitError",
+    "ContinuationTimeoutError",
+    "CredentialError",
+    "EngineAnswerTooLargeError",
+    "EngineError",
+    "EngineHTTPError",
+    "EngineResponseError",
+    "EngineTimeoutError",
+    "EventLoopError",
+    "HostImportError",
+    "InvalidBatchError",
+    "InvalidOutcomeError",
+    "InvalidSegmentError",
+    "JudgeAnswerTooLargeError",
+    "JudgeError",
+    "JudgeTimeoutError",
+    "JudgeUnsupportedError",
+    "MissingReseedError",
+    "ProtocolError",
+    "ProverError",
+    "ReplayMismatchError",
+    "ResourceError",
+    "RestoreError",
+    "RolloutLimitError",
+    "TokenRecordError",
+    "UsageError",
+    "WorkerLostError",
+]
 
 
 class ProverError(Exception):

@@ -17,6 +17,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from prover_core.data import Trajectory
 
+__all__ = ["group_advantages", "grpo_advantages"]
+
 
 def group_advantages(rewards: ArrayLike, *, normalize_std: bool = False, eps: float = 1e-6) -> NDArray[np.float64]:
     """``A_i = R_i - mean(R)``, optionally divided by ``std(R, ddof=1) + eps``."""

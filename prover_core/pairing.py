@@ -36,8 +36,21 @@ from prover_core.data import Trajectory
 from prover_core.errors import RestoreError
 from prover_core.protocols import POLICY_STREAM, Episode, Policy, PolicyContext, RestorableEnv, Step
 
+__all__ = [
+    "ENV_STREAM",
+    "Pairing",
+    "TurnKeyedEnv",
+    "TurnKeyedEpisode",
+    "TurnKeyedPolicy",
+    "paired",
+    "turn_rng",
+    "turn_seed",
+]
+
 Pairing = Literal["sequential", "turn"]
+"""How continuations share random numbers: by call order (``sequential``) or keyed by turn (``turn``)."""
 ENV_STREAM = 0x85EBCA6B
+"""The stream of the environment's per-turn seeds (the policy's: :data:`~prover_core.protocols.POLICY_STREAM`)."""
 
 
 def turn_seed(seed: int, turn: int, stream: int) -> int:

@@ -4,11 +4,12 @@ A host hooks its progress bar to ``compute_bonus(..., progress=fn)``: ``fn`` rec
 each time an eligible group is finished (accepted, rejected, declined or skipped), in the order they
 finish. The same event is logged at INFO on the ``prover_core`` logger.
 
-Stage times (``Report.timings``, logged as ``prover/time/<stage>``): groups are judged and verified
+Stage times (``Report.timings``, logged as ``prover/time/<name>``): groups are judged and verified
 concurrently, so a stage's time is the wall time during which at least one group was in it (the length
 of the union of its intervals, :func:`union_length`), not a sum over groups. ``propose`` and ``verify``
-can therefore overlap, and with ``credit`` (everything outside them: validation, trigger, GRPO and the
-bonus) sum to more than ``total``, the wall time of the whole call.
+can therefore overlap, and with ``outside`` (everything outside them: validation, trigger, GRPO and the
+bonus; ``Report.timings["credit"]``, formerly logged as ``time/credit``) sum to more than ``total``, the wall time
+of the whole call.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 
 from prover_core.report import GroupRecord
 from prover_core.text import shorten
+
+__all__ = ["Progress", "ProgressFn", "StageClock", "format_progress", "union_length"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Progress:
 
 
 ProgressFn = Callable[[Progress], object]
+"""A callback that receives each :class:`Progress` update."""
 
 
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:

@@ -7,24 +7,20 @@ Its answer is re-checked against :class:`~prover_core.data.SegmentRules` here, w
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 
 from prover_core._aio import call_user
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 from prover_core.errors import InvalidSegmentError, JudgeError, ProverError
-from prover_core.protocols import Judge
+from prover_core.protocols import Judge, OthersJudge
+
+__all__ = ["propose", "takes_others"]
 
 
 def takes_others(judge: Judge) -> bool:
-    """Whether ``judge.propose`` has a keyword-only parameter ``others`` (the group's other runs with the
-    representative's outcome). Keyword-only, so a plain judge that happens to call its second argument
-    ``others`` keeps the three-argument protocol."""
-    try:
-        param = inspect.signature(judge.propose).parameters.get("others")
-    except (TypeError, ValueError):  # a callable without a signature (a builtin): the plain protocol
-        return False
-    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+    """Whether ``judge`` is an :class:`~prover_core.protocols.OthersJudge`: its ``propose`` takes the group's other
+    runs with the representative's outcome (a keyword-only ``others``)."""
+    return isinstance(judge, OthersJudge)
 
 
 async def propose(
@@ -36,15 +32,14 @@ async def propose(
 ) -> Proposal | Decline:
     """The judge's proposal, checked; a :class:`Decline` passes through.
 
-    ``others`` (the group's other runs with ``success``'s outcome) reach only judges whose ``propose``
-    has a keyword-only parameter of that name (:func:`takes_others`); the rest get the plain protocol's
-    three arguments.
+    ``others`` (the group's other runs with ``success``'s outcome) reach only an
+    :class:`~prover_core.protocols.OthersJudge`; the rest get the plain protocol's three arguments.
     Raises :class:`JudgeError` if the judge raises or answers with something else, and
     :class:`InvalidSegmentError` if its segment breaks ``rules``.
     """
     try:
         method: Callable[..., object] = judge.propose
-        if takes_others(judge):
+        if isinstance(judge, OthersJudge):
             method = functools.partial(method, others=others)
         answer = await call_user(method, success, failures, rules, threaded=True)  # sync judges overlap
     except ProverError:

@@ -1,5 +1,9 @@
 """What a host implements: a :class:`Judge`, a :class:`RestorableEnv` and a :class:`Policy`.
 
+A judge's optional hooks are declared here too, each checked with ``isinstance``: :class:`OthersJudge` (its
+``propose`` takes the group's other runs), :class:`PerStepJudge` (``new_step()`` once per ``compute_bonus`` call)
+and :class:`ReportingJudge` (``stats()`` in the report).
+
 Every method may be synchronous or ``async``; the library awaits whatever is awaitable, so an async
 policy lets a host's batched inference engine batch the concurrent continuations.
 Stacks that own their agent loop can skip env and policy and hand ``compute_bonus`` a
@@ -8,6 +12,7 @@ Stacks that own their agent loop can skip env and policy and hand ``compute_bonu
 
 from __future__ import annotations
 
+import abc
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +21,24 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from prover_core.data import Decline, Outcome, Proposal, SegmentRules, Trajectory, Turn
+
+__all__ = [
+    "ContinueFn",
+    "Episode",
+    "FunctionPolicy",
+    "Judge",
+    "OthersJudge",
+    "PerStepJudge",
+    "Policy",
+    "POLICY_STREAM",
+    "PolicyContext",
+    "PolicyFn",
+    "ReportingJudge",
+    "RestorableEnv",
+    "Step",
+    "as_policy",
+    "policy_rng",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,7 @@ class PolicyContext:
 
 
 POLICY_STREAM = 0x9E3779B9
+"""The stream constant of the policy's per-turn generator (:func:`policy_rng`)."""
 
 
 def policy_rng(seed: int) -> np.random.Generator:
@@ -104,14 +128,59 @@ class Judge(Protocol):
 
     ``propose`` may be a plain or an ``async`` method. It returns a :class:`Proposal` whose segment
     satisfies ``rules``, or a :class:`Decline` with a reason; the library re-checks the segment.
-    A ``propose`` with a keyword-only parameter ``others`` is also given the group's other runs with
-    ``success``'s outcome (the other successful runs), as :class:`~prover_core.judges.ChoiceJudge` and
-    :class:`~prover_core.judges.LLMJudge` are.
+    Optional hooks: :class:`OthersJudge` (a keyword-only ``others``: the group's other runs with ``success``'s
+    outcome), :class:`PerStepJudge` (``new_step``) and :class:`ReportingJudge` (``stats``).
     """
 
     def propose(
         self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules
     ) -> Proposal | Decline | Awaitable[Proposal | Decline]: ...
+
+
+class OthersJudge(abc.ABC):
+    """A :class:`Judge` whose ``propose`` also takes ``others``, keyword-only: the group's other runs with
+    ``success``'s outcome (the other successful runs), as :class:`~prover_core.judges.ChoiceJudge`,
+    :class:`~prover_core.judges.FirstOf` and :class:`~prover_core.judges.LLMJudge` do.
+
+    Declared by the signature ``propose(success, failures, rules, *, others=())`` (read once per class), by
+    subclassing, or by ``OthersJudge.register(cls)``; ``isinstance(judge, OthersJudge)`` says which. Keyword-only,
+    so a plain judge that happens to call its second argument ``others`` keeps the three-argument protocol.
+    """
+
+    @abc.abstractmethod
+    def propose(
+        self,
+        success: Trajectory,
+        failures: Sequence[Trajectory],
+        rules: SegmentRules,
+        *,
+        others: Sequence[Trajectory] = (),
+    ) -> Proposal | Decline | Awaitable[Proposal | Decline]: ...
+
+    @classmethod
+    def __subclasshook__(cls, other: type) -> Any:  # True, or NotImplemented: the usual subclass rules decide
+        if cls is not OthersJudge:
+            return NotImplemented
+        try:
+            param = inspect.signature(other.propose).parameters.get("others")  # type: ignore[attr-defined]
+        except (AttributeError, TypeError, ValueError):  # no propose, or one without a signature (a builtin)
+            return NotImplemented
+        return True if param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY else NotImplemented
+
+
+@runtime_checkable
+class PerStepJudge(Protocol):
+    """A judge with per-step state (a budget, counters): ``compute_bonus`` calls ``new_step()`` once per call, one
+    call being one training step, before any proposal."""
+
+    def new_step(self) -> None: ...
+
+
+@runtime_checkable
+class ReportingJudge(Protocol):
+    """A judge that reports about itself: ``stats()`` becomes ``Report.judge_stats`` (e.g. tokens and retries)."""
+
+    def stats(self) -> Mapping[str, float]: ...
 
 
 ContinueFn = Callable[[Trajectory, int, int], "bool | Outcome | Awaitable[bool | Outcome]"]

@@ -13,6 +13,8 @@ from prover_core.errors import RolloutLimitError
 from prover_core.protocols import Policy, PolicyContext, policy_rng
 from prover_core.restore import Env
 
+__all__ = ["record_episode"]
+
 
 def record_episode(
     env: Env,

@@ -7,15 +7,36 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prover_core.acceptance import Direction as Direction  # re-exported: defined beside the rules
 from prover_core.batch_checks import WARNING_KINDS, BatchWarning
 from prover_core.data import Proposal, Verification
 
+__all__ = [
+    "FAILURE_KINDS",
+    "FailureKind",
+    "GroupRecord",
+    "RENAMED_TIMINGS",
+    "Report",
+    "Stage",
+    "Status",
+    "TIMED_STAGES",
+    "VerifyStats",
+]
+
 Status = Literal["not_eligible", "unverified", "declined", "skipped", "rejected", "accepted"]
+"""What became of a group, from the trigger to the credit."""
 Stage = Literal["trigger", "propose", "verify", "credit"]
-Direction = Literal["gain", "drop"]
+"""The stage that settled a group's record (where it was left out, declined or skipped, or credited)."""
 FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
-TIMED_STAGES = ("propose", "verify", "credit", "total")
+"""Why a continuation failed, as counted in :class:`VerifyStats`."""
+TIMED_STAGES = ("propose", "verify", "outside", "total")
+"""The wall times the report logs (``prover/time/<name>``): the ``propose`` and ``verify`` stages, the time
+``outside`` them (validation, the trigger, GRPO and the bonus), and the ``total``."""
+RENAMED_TIMINGS = {"credit": "outside"}
+"""Former timing names -> current ones. ``Report.timings`` may hold a former name; :meth:`Report.metrics` logs
+the current name, and the former one beside it as an alias for one release (``time/credit``)."""
 FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error")
+"""Every :data:`FailureKind`, in report order."""
 
 
 class VerifyStats(BaseModel):
@@ -96,8 +117,9 @@ class Report(BaseModel):
     batch_warnings: list[BatchWarning] = Field(default_factory=list)
     """Batch shapes and token spans that cannot be meant (:mod:`prover_core.batch_checks`), each logged once."""
     timings: dict[str, float] = Field(default_factory=dict)
-    """Wall seconds of the call by stage: ``propose``, ``verify``, ``credit``, ``total`` (see
-    :mod:`prover_core.progress`); logged as ``time/<stage>`` (0 where nothing was measured)."""
+    """Wall seconds of the call: ``propose``, ``verify``, ``credit`` (everything outside those two stages, logged as
+    ``time/outside``) and ``total`` (see :mod:`prover_core.progress`); logged as ``time/<name>`` (0 where nothing
+    was measured)."""
     engine_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
 
@@ -129,7 +151,9 @@ class Report(BaseModel):
         Everything about the judge is under ``judge/``: ``judge/propose_calls`` (how many groups it
         was asked about, any judge) and whatever the judge
         reports itself (``judge/<name>``, e.g. the LLM judge's ``judge/calls``, its HTTP requests).
-        ``time/propose``, ``time/verify``, ``time/credit`` and ``time/total``: wall seconds by stage.
+        ``time/propose``, ``time/verify``, ``time/outside`` (the rest of the call: validation, trigger, GRPO and
+        the bonus) and ``time/total``: wall seconds; ``time/credit``, the former name of ``time/outside``, is
+        logged beside it for one release.
         The continuation policy's own figures follow unprefixed (``engine_logprob_gap_mean`` and the
         other figures of :class:`~prover_core.engine.parity.ParityMonitor`).
         """
@@ -138,7 +162,7 @@ class Report(BaseModel):
         ver = [g.verification for g in gain if g.verification is not None]
         every = self.verifications
         accepted = [g for g in gain if g.status == "accepted"]
-        debited = [g for g in drop if g.status == "accepted"]
+        negative = [g for g in drop if g.status == "accepted"]
         continuations = sum(_spent(g) for g in self.groups if g.verification is not None)
         stats = [g.verify_stats for g in self.groups if g.verify_stats is not None]
         fixed_budget = sum(_fixed_budget(g) for g in self.groups if g.verification is not None)
@@ -183,9 +207,11 @@ class Report(BaseModel):
                 {
                     "negative/groups": len(drop),
                     "negative/groups_verified": sum(g.verification is not None for g in drop),
-                    "negative/groups_accepted": len(debited),
+                    "negative/groups_accepted": len(negative),
                     "negative/mean_delta_accepted": (
-                        sum(g.verification.delta for g in debited if g.verification) / len(debited) if debited else 0.0
+                        sum(g.verification.delta for g in negative if g.verification) / len(negative)
+                        if negative
+                        else 0.0
                     ),
                 }
             )
@@ -194,7 +220,9 @@ class Report(BaseModel):
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
         out.update({k: float(v) for k, v in self.engine_stats.items()})
         out["judge/propose_calls"] = self.judge_calls
-        out.update({f"time/{stage}": self.timings.get(stage, 0.0) for stage in TIMED_STAGES})
+        times = {RENAMED_TIMINGS.get(name, name): seconds for name, seconds in self.timings.items()}
+        out.update({f"time/{name}": times.get(name, 0.0) for name in TIMED_STAGES})
+        out.update({f"time/{old}": out[f"time/{new}"] for old, new in RENAMED_TIMINGS.items()})  # for one release
         return {prefix + k: float(v) for k, v in out.items()}
 
     def summary(self) -> Mapping[str, int]:

@@ -39,9 +39,21 @@ from prover_core.data import Trajectory, json_plain
 from prover_core.errors import MissingReseedError, ProverError, ReplayMismatchError, RestoreError
 from prover_core.protocols import Step
 
+__all__ = [
+    "Env",
+    "LiveEpisode",
+    "MissingReseed",
+    "ReplayEnv",
+    "SnapshotEnv",
+    "content_key",
+    "describe_difference",
+    "observations_equal",
+]
+
 logger = logging.getLogger("prover_core")
 
 MissingReseed = Literal["warn", "error", "ignore"]
+"""What a restorer does with an environment without ``reseed(seed)``: warn, raise, or ignore."""
 
 
 class Env(Protocol):

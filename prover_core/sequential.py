@@ -36,7 +36,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+__all__ = [
+    "ACCEPT_GRID",
+    "Decision",
+    "OperatingCharacteristics",
+    "SequentialState",
+    "SequentialTest",
+    "operating_characteristics",
+    "pair_probabilities",
+]
+
 Decision = Literal["accept", "futile", "budget", "curtailed", "continue"]
+"""What the sequential test says after a round: stop (accept, futile, budget, curtailed) or continue."""
 
 ACCEPT_GRID: tuple[float, ...] = (0.6, 0.75, 0.9, 0.99)
 """Alternatives ``q`` mixed in the accept e-process (weights equal). Mass near 1 suits common random

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+__all__ = ["ELLIPSIS", "shorten"]
+
 ELLIPSIS = "…"
+"""The mark of shortened text."""
 
 
 def shorten(value: object, width: int) -> str:

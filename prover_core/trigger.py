@@ -4,7 +4,7 @@ A group with success rate ``p = (#successes) / G`` is eligible iff ``low < p < h
 the paper uses ``(0, 0.5)``, i.e. 1..3 successes of 8). Its representative is the shortest
 successful trajectory; ties go to the smallest trajectory id, so the choice does not depend on the
 order in which a host hands over the batch. With negative credit on, groups with a rate in
-``(negative_trigger_low, negative_trigger_high)`` are debited instead, through their longest failed run.
+``(negative_trigger_low, negative_trigger_high)`` get negative credit instead, through their longest failed run.
 With ``max_verified_groups = n``, at most ``n`` eligible groups go on, each eligible group equally likely
 (a seeded draw that depends on the group ids, not on their order).
 """
@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
 from prover_core.report import Direction, GroupRecord
+
+__all__ = ["capped", "is_eligible", "longest_failure", "representative", "success_rate", "trigger"]
 
 
 def success_rate(group: Sequence[Trajectory]) -> float:

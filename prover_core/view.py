@@ -25,6 +25,8 @@ from prover_core.errors import HostImportError
 from prover_core.report import GroupRecord
 from prover_core.text import shorten
 
+__all__ = ["TrajectoryCredit", "TurnCredit", "credit_view", "plot_credit", "render_credit"]
+
 
 @dataclass(frozen=True)
 class TurnCredit:

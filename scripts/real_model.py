@@ -55,7 +55,7 @@ from prover_core import (
     acompute_bonus,
 )
 from prover_core.continuations import env_continuer
-from prover_core.demo.mdp import MDPEnv
+from prover_core.demo import MDPEnv
 from prover_core.demo.vault import VaultMDP
 from prover_core.engine import (
     EnginePolicy,

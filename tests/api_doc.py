@@ -73,8 +73,8 @@ def summary(module: ModuleType, name: str, obj: object) -> tuple[str, str]:
         if issubclass(obj, BaseException):
             kind = "exception"
         return kind, first_paragraph(obj.__doc__ or "")
-    if inspect.isfunction(obj) or inspect.isbuiltin(obj):
-        kind = "async function" if inspect.iscoroutinefunction(obj) else "function"
+    if inspect.isfunction(inspect.unwrap(obj)) or inspect.isbuiltin(obj):  # unwrap: through functools.cache
+        kind = "async function" if inspect.iscoroutinefunction(inspect.unwrap(obj)) else "function"
         return kind, first_paragraph(obj.__doc__ or "")
     if inspect.ismodule(obj):
         return "module", first_paragraph(obj.__doc__ or "")
@@ -90,8 +90,26 @@ def _is_alias(obj: object) -> bool:
     return type(obj).__module__ in ("typing", "collections.abc", "types") or isinstance(obj, type)
 
 
+def judges_by_name() -> list[str]:
+    """The section listing every registered judge (:mod:`prover_core.judges.registry`): name, class, summary."""
+    from prover_core.judges import registered_judges
+
+    lines = [
+        "## Judges by name\n",
+        "The judges `prover demo --judge` accepts and `prover bench judges` measures "
+        "(`prover_core.judges.make_judge`).\n",
+        "| name | makes | summary |",
+        "|---|---|---|",
+    ]
+    for name, factory in registered_judges().items():
+        made = type(factory(0))
+        cell = first_paragraph(made.__doc__ or "").replace("|", r"\|")
+        lines.append(f"| `{name}` | `{made.__module__}.{made.__qualname__}` | {cell} |")
+    return [*lines, ""]
+
+
 def render() -> str:
-    lines = [HEADER]
+    lines = [HEADER, *judges_by_name()]
     for module in public_modules():
         lines.append(f"## `{module.__name__}`\n")
         doc = first_paragraph(module.__doc__ or "")

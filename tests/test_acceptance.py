@@ -122,3 +122,10 @@ def test_rule_reasons_and_config_wiring() -> None:
         ProverConfig(acceptance="beta_posterior", sampling="adaptive")
     with pytest.raises(ValueError):
         ProverConfig(posterior_threshold=1.0)
+
+
+def test_a_drop_is_the_gain_with_pre_and_post_swapped() -> None:
+    rule = AcceptanceRule()
+    assert rule.accept(3, 4, 1, 4) == (False, "Delta = -0.500 <= 0")
+    assert rule.accept(3, 4, 1, 4, "drop") == (True, "drop (roles of pre and post swapped): Delta = +0.500 > 0")
+    assert rule.accept(1, 4, 3, 4, "drop")[0] is False and rule.accept(1, 4, 3, 4)[0] is True

@@ -1,4 +1,5 @@
-"""docs/architecture.md's rules of what may import what in ``prover_core``, checked on its import graph.
+"""docs/architecture.md's rules of what may import what, checked on the import graph of the whole tree (the runtime,
+the adapters, the benchmarks, the scripts, the examples), and its list of the places a new piece touches.
 
 The graph is read from the source (``ast``): every ``import``/``from ... import`` of a module, including those inside
 functions, except where noted (imports inside functions are how the optional hosts are reached lazily).
@@ -7,12 +8,14 @@ functions, except where noted (imports inside functions are how the optional hos
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "prover_core"
+ADAPTERS = sorted(p.name for p in (ROOT / "adapters").iterdir() if (p / "pyproject.toml").is_file())
 
 
 def module_name(path: Path) -> str:
@@ -46,13 +49,109 @@ def under(prefix: str) -> list[str]:
     return [m for m in GRAPH if m == prefix or m.startswith(prefix + ".")]
 
 
+def package_of(path: Path) -> str:
+    """The distribution-level package a file of the tree belongs to."""
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "adapters":
+        return parts[2] if len(parts) > 3 else f"adapters/{parts[1]}"
+    if parts[0] == "benchmarks":
+        return "prover_bench" if parts[1] == "prover_bench" else "benchmarks (scripts)"
+    return parts[0]
+
+
+TREE_DIRS = ("prover_core", "adapters", "benchmarks", "scripts", "examples")
+TREE_FILES = [p for d in TREE_DIRS for p in (ROOT / d).rglob("*.py")]
+PACKAGES = {"prover_core", "prover_bench", *(f"prover_{host}" for host in ADAPTERS)}
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the packages of the tree it imports (anywhere in its files)."""
+    graph: dict[str, set[str]] = {}
+    for path in TREE_FILES:
+        mine = package_of(path)
+        found = {m.split(".")[0] for m in imports(path)} & PACKAGES
+        graph.setdefault(mine, set()).update(found - {mine})
+    return graph
+
+
+def test_the_whole_tree_is_read() -> None:
+    graph = package_graph()
+    expected = {"prover_core", "prover_bench", "benchmarks (scripts)", "scripts", "examples"}
+    assert expected | {f"prover_{host}" for host in ADAPTERS} <= set(graph)
+    assert ADAPTERS == ["openrlhf", "trl", "verl"]
+
+
+def test_no_import_cycle_between_the_packages_of_the_tree() -> None:
+    graph = package_graph()
+    state: dict[str, int] = {}
+
+    def visit(package: str, path: list[str]) -> None:
+        state[package] = 1
+        for dep in sorted(graph.get(package, ())):
+            if state.get(dep) == 1:
+                raise AssertionError(" -> ".join([*path, package, dep]))
+            if dep not in state:
+                visit(dep, [*path, package])
+        state[package] = 2
+
+    for package in sorted(graph):
+        if package not in state:
+            visit(package, [])
+
+
+def test_the_runtime_imports_nothing_else_of_the_tree_and_the_adapters_only_the_runtime() -> None:
+    graph = package_graph()
+    assert graph["prover_core"] == set()  # no benchmark, no adapter: not even the CLI (prover bench: an entry point)
+    for host in ADAPTERS:
+        assert graph[f"prover_{host}"] == {"prover_core"}, host
+    assert graph["prover_bench"] == {"prover_core"}
+
+
+def test_the_adapters_use_the_library_through_prover_core_hosts_only() -> None:
+    for host in ADAPTERS:
+        for path in (ROOT / "adapters" / host).rglob("*.py"):
+            used = {m for m in imports(path) if m.split(".")[0] == "prover_core"}
+            modules = {m for m in used if not m.startswith("prover_core.hosts.")}
+            assert modules <= {"prover_core.hosts"}, (path, modules)
+
+
+# Modules that other work in progress is changing; each is to declare ``__all__`` or become private. Listed so that
+# the rule holds for every other module; the test fails when one of them complies (remove it from here then).
+UNDECLARED_FOR_NOW = {
+    "prover_core.bonus",
+    *(f"prover_core.engine.{m}" for m in ("layout", "llama", "openai", "parity", "policy", "protocol", "schedule")),
+    *(f"prover_core.engine.{m}" for m in ("sglang", "tokens")),
+    *(f"prover_core.judges.llm.{m}" for m in ("answer", "cache", "client", "config", "conversation", "judge")),
+    *(f"prover_core.judges.llm.{m}" for m in ("prompt", "span", "stats", "tools")),
+}
+
+
+def declares_all(path: Path) -> bool:
+    for node in ast.parse(path.read_text()).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            return True
+    return False
+
+
+def test_every_runtime_module_declares_all_or_is_private() -> None:
+    undeclared = {
+        module_name(p)
+        for p in PACKAGE.rglob("*.py")
+        if not declares_all(p) and not any(part.startswith("_") and part != "__init__" for part in p.parts)
+    }
+    undeclared -= {"prover_core.__main__"}
+    assert undeclared == UNDECLARED_FOR_NOW
+
+
 def test_the_library_imports_no_benchmark_adapter_or_host_at_import_time() -> None:
     forbidden = ("prover_bench", "prover_trl", "prover_verl", "prover_openrlhf", "torch", "trl", "verl", "openrlhf")
     optional = ("ray", "gymnasium", "textworld", "matplotlib", "tqdm")
     for path in PACKAGE.rglob("*.py"):
         anywhere = {m.split(".")[0] for m in imports(path)}
-        handed_over = {"prover_bench"} if path == PACKAGE / "cli.py" else set()  # `prover bench` delegates
-        assert not anywhere - handed_over & {"prover_bench", "prover_trl", "prover_verl", "prover_openrlhf"}, path
+        assert not anywhere & {"prover_bench", "prover_trl", "prover_verl", "prover_openrlhf"}, path
         at_import = {m.split(".")[0] for m in imports(path, top_level_only=True)}
         assert not at_import & set(forbidden + optional), (path, at_import & set(forbidden + optional))
     loaded = subprocess.run(
@@ -99,3 +198,87 @@ def test_no_import_cycles() -> None:
     for module in sorted(GRAPH):
         if module not in state:
             visit(module, [])
+
+
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
+
+
+def row(piece: str) -> str:
+    """The "Where a new piece goes" row of ``piece``."""
+    match = re.search(rf"^\| {re.escape(piece)} \|(.*)$", ARCHITECTURE, re.M)
+    assert match, piece
+    return match[1]
+
+
+def test_a_judge_touches_the_places_its_row_names() -> None:
+    from prover_core.judges import registered_judges
+
+    places = row("a judge without a model")
+    for place in ("prover_core/judges/<module>.py", "register_judge", "prover_core/judges/__init__.py", "docs/api.md"):
+        assert place in places, place
+    registrations = (PACKAGE / "judges" / "__init__.py").read_text()
+    api = (ROOT / "docs" / "api.md").read_text()
+    tests = {p.name: p.read_text() for p in (ROOT / "tests").glob("test_*judge*.py")}
+    for name, factory in registered_judges().items():
+        kind = type(factory(0))
+        assert re.fullmatch(r"prover_core\.judges\.[a-z_]+", kind.__module__), (name, kind.__module__)
+        assert f'register_judge("{name}",' in registrations, name
+        assert f"| `{name}` | `{kind.__module__}.{kind.__qualname__}` |" in api, name
+        assert [f for f, text in tests.items() if kind.__name__ in text], (name, "no test names it")
+
+
+ENGINE_INFRASTRUCTURE = {"__init__", "layout", "parity", "policy", "protocol", "schedule", "tokens"}
+
+
+def test_an_engine_touches_the_places_its_row_names() -> None:
+    import prover_core.engine as engine
+
+    places = row("an inference engine")
+    for place in ("prover_core/engine/<server>.py", "prover_core/engine/__init__.py", "tests/test_engine_<server>.py"):
+        assert place in places, place
+    assert "docs/engines.md" in places
+    servers = sorted(p.stem for p in (PACKAGE / "engine").glob("*.py") if p.stem not in ENGINE_INFRASTRUCTURE)
+    assert servers == ["llama", "openai", "sglang"]
+    exported = {name: getattr(engine, name) for name in engine.__all__ if name.endswith("Engine")}
+    engines_doc = (ROOT / "docs" / "engines.md").read_text()
+    for server in servers:
+        classes = [name for name, cls in exported.items() if cls.__module__ == f"prover_core.engine.{server}"]
+        assert len(classes) == 1, (server, classes)  # exported lazily from engine/__init__.py
+        assert (ROOT / "tests" / f"test_engine_{server}.py").is_file(), server
+        assert f"`{classes[0]}`" in engines_doc, classes[0]
+
+
+def test_an_environment_family_touches_the_places_its_row_names() -> None:
+    import importlib
+
+    places = row("an environment family")
+    for place in ("prover_core/envs/<family>.py", "prover_core/envs/__init__.py", "pyproject.toml"):
+        assert place in places, place
+    assert "tests/envs/test_<family>.py" in places and "docs/environments.md" in places
+    families = sorted(p.stem for p in (PACKAGE / "envs").glob("*.py") if p.stem != "__init__")
+    assert families == ["gymnasium", "textworld"]
+    listing = importlib.import_module("prover_core.envs").__doc__ or ""
+    extras = (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1].split("\n\n")[0]
+    environments = (ROOT / "docs" / "environments.md").read_text().lower()
+    for family in families:
+        module = importlib.import_module(f"prover_core.envs.{family}")
+        assert callable(module.replay_env) and callable(module.snapshot_env), family
+        assert f":mod:`prover_core.envs.{family}`" in listing, family
+        assert f'"{family}>=' in extras, family  # its library is an extra
+        assert (ROOT / "tests" / "envs" / f"test_{family}.py").is_file(), family
+        assert family in environments, family
+
+
+def test_a_host_adapter_touches_the_places_its_row_names() -> None:
+    places = row("a host adapter")
+    for place in ("adapters/<host>/", "prover_core.hosts", "[tool.mypy]", "tests/adapters/test_<host>_*.py"):
+        assert place in places, place
+    assert "scripts/test" in places and "docs/adapters/<host>.md" in places
+    mypy = (ROOT / "pyproject.toml").read_text().split("[tool.mypy]")[1].split("\n\n")[0]
+    script = (ROOT / "scripts" / "test").read_text()
+    for host in ADAPTERS:
+        assert (ROOT / "adapters" / host / f"prover_{host}" / "__init__.py").is_file(), host
+        assert f'"prover_{host}"' in mypy and f"adapters/{host}" in mypy, host
+        assert list((ROOT / "tests" / "adapters").glob(f"test_{host}_*.py")), host
+        assert f"./adapters/{host}" in script, host
+        assert (ROOT / "docs" / "adapters" / f"{host}.md").is_file(), host

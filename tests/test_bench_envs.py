@@ -17,7 +17,7 @@ from prover_bench.tabular import (
     logits_from_weights,
     value_table,
 )
-from prover_core.demo.mdp import MDPEnv, exact_success_probability
+from prover_core.demo import MDPEnv, exact_success_probability
 from prover_core.record import record_episode
 
 SMALL = Corridor("small", sections=5, items=(1,), fords=(2,), forks=(3,), slip=0.3, ford_risk=0.5, horizon=12)

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from prover_core import Outcome, ProverConfig, Segment, SnapshotEnv, compute_bonus
+from prover_core.acceptance import AcceptanceRule
 from prover_core.continuations import hook_continuer
+from prover_core.curtail import curtailed_cost, hopeless
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.judges import AnchorJudge, ChoiceJudge, RandomJudge
 from prover_core.progress import Progress, format_progress
-from prover_core.verify import accept, curtailed_cost, hopeless, verify_segment_detailed
+from prover_core.verify import acceptance_rule, verify_segment_detailed
 from prover_core.view import credit_view, render_credit
 from tests.conftest import make_trajectory
 
@@ -36,22 +38,24 @@ RULES = [
 def test_the_skipped_boundarys_best_case_is_zero_of_k(rule: ProverConfig, direction: str) -> None:
     """Exhaustive: whenever some outcome of the second boundary is accepted, 0/K is, so `hopeless` never lies."""
     for k in range(1, 9):
-        config = rule.model_copy(update={"k": k, "min_finished": 1})
+        accepts = acceptance_rule(rule).accept
         for n1, n2 in itertools.product(range(1, k + 1), repeat=2):
             for y, x in itertools.product(range(n1 + 1), range(n2 + 1)):
                 # gain: first = post (y of n1), second = pre (x of n2); drop: first = pre, second = post
                 args = (x, n2, y, n1) if direction == "gain" else (y, n1, x, n2)
-                if accept(*args, config, direction)[0]:  # type: ignore[arg-type]
-                    assert not hopeless(y, n1, config, direction), (k, n1, n2, x, y)  # type: ignore[arg-type]
+                if accepts(*args, direction)[0]:  # type: ignore[arg-type]
+                    assert not hopeless(y, n1, k, acceptance_rule(rule), direction), (k, n1, n2, x, y)  # type: ignore[arg-type]
 
 
 def test_hopeless_by_hand() -> None:
-    k4 = ProverConfig(k=4)
-    assert hopeless(0, 4, k4) and not hopeless(1, 4, k4)  # Delta > 0 needs post > 0 when pre is 0/4
-    assert hopeless(4, 4, k4, "drop") is False and hopeless(0, 4, k4, "drop")  # a drop needs pre > 0
-    beta = ProverConfig(k=4, acceptance="beta_posterior")
+    paper = AcceptanceRule()
+    assert hopeless(0, 4, 4, paper) and not hopeless(1, 4, 4, paper)  # Delta > 0 needs post > 0 when pre is 0/4
+    assert hopeless(4, 4, 4, paper, "drop") is False and hopeless(0, 4, 4, paper, "drop")  # a drop needs pre > 0
+    beta = AcceptanceRule("beta_posterior")
     # P(p_post > p_pre) for post 1/4 against pre 0/4 under Beta(1,1) priors: Beta(2,4) vs Beta(1,5) = 0.738 < 0.9
-    assert hopeless(1, 4, beta) and not hopeless(2, 4, beta)
+    assert hopeless(1, 4, 4, beta) and not hopeless(2, 4, 4, beta)
+    # the best case is the second boundary's K (not the first's count): post 1/2 against pre 0/4 is accepted
+    assert not hopeless(1, 2, 4, paper) and hopeless(0, 2, 4, paper)
 
 
 class Counting:
@@ -184,11 +188,11 @@ def test_curtailment_keeps_every_decision_and_bonus_on_the_vault(update: dict[st
 def test_the_expected_cost_is_exact_and_the_pipeline_spends_it(p_post: float) -> None:
     """Closed form under the paper's rule, then the mean spend of 400 verifications within 4 standard errors."""
     config = ProverConfig(k=4, curtail=True)
-    assert curtailed_cost(p_post, config) == pytest.approx(4 * (2 - (1 - p_post) ** 4))
+    assert curtailed_cost(p_post, config.k, acceptance_rule(config)) == pytest.approx(4 * (2 - (1 - p_post) ** 4))
     spent = [run({1: 0.2, 3: p_post}, config.model_copy(update={"seed": s}))[1].spent for s in range(400)]
     skip = (1 - p_post) ** 4  # spend is 4 or 8: 4 more with probability 1 - skip
     se = 4 * math.sqrt(skip * (1 - skip) / len(spent))
-    assert abs(np.mean(spent) - curtailed_cost(p_post, config)) <= 4 * se + 1e-12
+    assert abs(np.mean(spent) - curtailed_cost(p_post, config.k, acceptance_rule(config))) <= 4 * se + 1e-12
 
 
 def test_a_curtailed_group_reads_as_not_measured_in_the_log_and_the_credit_view() -> None:

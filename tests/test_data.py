@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from prover_core import InvalidSegmentError, Segment, SegmentRules, Trajectory, Turn
+from prover_core import Decline, InvalidSegmentError, Segment, SegmentRules, Trajectory, Turn
 from tests.conftest import make_trajectory
 
 
@@ -63,6 +63,20 @@ def test_segment_rules_name_each_violation() -> None:
         SegmentRules(max_turns=2, nonterminal_end=False).violation(Segment(trajectory_id="a", start=5, end=5), t)
         is None
     )
+
+
+def test_last_end_is_t_minus_2_under_a_nonterminal_end_else_t_minus_1_and_its_decline() -> None:
+    nonterminal, terminal = SegmentRules(), SegmentRules(nonterminal_end=False)
+    assert [nonterminal.last_end(n) for n in (1, 2, 6)] == [-1, 0, 4]
+    assert [terminal.last_end(n) for n in (1, 2, 6)] == [0, 1, 5]
+    one = make_trajectory("a", "g", True, ["x"])
+    declined = nonterminal.no_segment(one)
+    assert isinstance(declined, Decline) and declined.reason == "trajectory has 1 turns: no admissible segment"
+    assert terminal.no_segment(one) is None
+    assert nonterminal.no_segment(make_trajectory("b", "g", True, list("xy"))) is None
+    for rules in (nonterminal, terminal):  # the last end is the largest end among the admissible segments
+        t = make_trajectory("c", "g", True, list("abcde"))
+        assert max(s.end for s in rules.candidates(t)) == rules.last_end(t.num_turns)
 
 
 def test_candidates_are_exactly_the_admissible_segments() -> None:

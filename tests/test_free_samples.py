@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from prover_bench import family as F
+from prover_bench.free_samples import free_samples, matching_members, pooled_rate, reached, start_bias
 from prover_core.data import Trajectory, Turn
-from prover_core.free_samples import free_samples, matching_members, pooled_rate, reached, start_bias
 
 
 def traj(tid: str, steps: list[tuple[str, str]], success: bool, reset: int = 0) -> Trajectory:

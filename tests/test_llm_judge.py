@@ -527,7 +527,7 @@ def test_no_admissible_segment_declines_without_a_call() -> None:
 def test_llm_judge_on_the_demo_environment_end_to_end() -> None:
     """The vault demo's batch, judged by the LLM judge (scripted server) and verified by real continuations."""
     from prover_core import SnapshotEnv
-    from prover_core.demo.mdp import MDPEnv
+    from prover_core.demo import MDPEnv
     from prover_core.demo.run import rollout_batch
     from prover_core.demo.vault import VaultMDP, vault_policy
 

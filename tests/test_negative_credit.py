@@ -58,7 +58,7 @@ def test_off_by_default() -> None:
     assert "prover/negative/groups" not in result.report.metrics()
 
 
-def test_debit_by_hand() -> None:
+def test_negative_credit_by_hand() -> None:
     judge = Recording()
     cfg = ProverConfig(k=8, negative_credit=True, negative_lam=0.5)
     result = compute_bonus(batch(), judge=judge, continue_from=hook, config=cfg)
@@ -79,7 +79,7 @@ def test_debit_by_hand() -> None:
     assert m["continuations"] == 16
 
 
-def test_no_drop_no_debit() -> None:
+def test_no_drop_no_negative_credit() -> None:
     cfg = ProverConfig(negative_credit=True)
     result = compute_bonus(batch(), judge=DivergenceJudge(), continue_from=lambda t, turn, s: True, config=cfg)
     (record,) = result.report.groups
@@ -101,8 +101,8 @@ def test_longest_failure_tie_break() -> None:
         longest_failure(runs[2:])
 
 
-def test_vault_debit_matches_exact_values() -> None:
-    """A policy that usually takes the key; a failed run that walked past it is debited on that step,
+def test_vault_negative_credit_matches_exact_values() -> None:
+    """A policy that usually takes the key; a failed run that walked past it gets negative credit on that step,
     whose exact drop V(s_post) - V(s_pre) = 0 - V(key room, no key)."""
     mdp = VaultMDP()
     weights = {**VAULT_WEIGHTS, "take key": 8.0}
@@ -127,7 +127,7 @@ def test_vault_debit_matches_exact_values() -> None:
     )
     drops = [g for g in result.report.groups if g.direction == "drop" and g.verification is not None]
     assert drops, "some group must succeed in more than half of its runs"
-    debited = walked_past_key = 0
+    credited = walked_past_key = 0
     for g in drops:
         assert g.proposal is not None and g.verification is not None and g.trajectory_id is not None
         traj = result.trajectories[g.trajectory_id]
@@ -137,7 +137,7 @@ def test_vault_debit_matches_exact_values() -> None:
         v_pre = value(states[seg.start], mdp.horizon - seg.start)
         v_post = value(states[seg.end + 1], mdp.horizon - seg.end - 1)
         if g.status == "accepted":
-            debited += 1
+            credited += 1
             assert g.verification.delta < 0 and v_post < v_pre  # a real drop
             expected = np.zeros(traj.num_turns)
             expected[seg.start : seg.end + 1] = g.verification.delta
@@ -145,7 +145,7 @@ def test_vault_debit_matches_exact_values() -> None:
             if traj.turns[seg.start].action == "go east" and "key glints" in str(traj.turns[seg.start].observation):
                 walked_past_key += 1
                 assert v_post == 0.0 and g.verification.post_successes == 0
-    assert debited >= 1 and walked_past_key >= 1
+    assert credited >= 1 and walked_past_key >= 1
 
 
 def test_the_choice_judge_under_swapped_roles_counts_the_other_failed_runs() -> None:

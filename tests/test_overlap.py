@@ -31,10 +31,11 @@ from prover_core import (
 from prover_core.batching import Batcher
 from prover_core.clock import Meter, PolicyClock
 from prover_core.continuations import env_continuer, hook_continuer, metered
+from prover_core.curtail import settled
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.protocols import PolicyContext
-from prover_core.verify import settled, verify_segment_detailed
+from prover_core.verify import acceptance_rule, verify_segment_detailed
 from tests.conftest import make_trajectory
 
 T = 6  # corridor length
@@ -153,13 +154,15 @@ def test_a_hook_cannot_be_stopped_so_its_second_boundary_waits() -> None:
 
 def test_settled_by_hand() -> None:
     """Under Delta > 0 the pre boundary is moot only once every post continuation has ended and none succeeded."""
-    config = ProverConfig(k=4)
+    rule = acceptance_rule(ProverConfig())
     lose, win = Outcome(success=False), Outcome(success=True)
-    assert settled([lose] * 4, 0, config) and not settled([lose] * 3, 1, config)
-    assert not settled([win, lose, lose, lose], 0, config)
-    assert settled([RuntimeError("x")], 3, config)  # a failure: the first boundary is incomplete whatever follows
-    lenient = config.model_copy(update={"min_finished": 3})
-    assert not settled([RuntimeError("x")], 3, lenient) and settled([RuntimeError("x"), lose, lose, lose], 0, lenient)
+    assert settled([lose] * 4, 0, 4, rule, 0) and not settled([lose] * 3, 1, 4, rule, 0)
+    assert not settled([win, lose, lose, lose], 0, 4, rule, 0)
+    assert settled([RuntimeError("x")], 3, 4, rule, 0)  # a failure: the first boundary is incomplete whatever follows
+    # one failure allowed (min_finished 3 of 4): it is not settled while a pending one could still win
+    assert not settled([RuntimeError("x")], 3, 4, rule, 1) and settled(
+        [RuntimeError("x"), lose, lose, lose], 0, 4, rule, 1
+    )
 
 
 def test_the_clock_keeps_its_furthest_round_across_threads() -> None:

@@ -7,6 +7,7 @@ user's file importing ``prover_core`` is checked by ``mypy --strict`` against th
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -69,9 +70,29 @@ def test_prover_bench_without_the_benchmarks_says_what_to_install(
 ) -> None:
     from prover_core.cli import main
 
-    monkeypatch.setitem(sys.modules, "prover_bench.cli", None)  # as if prover-bench were not installed
+    monkeypatch.setitem(sys.modules, "prover_bench.cli", None)  # as if prover-bench's package were gone
     assert main(["bench", "--quick"]) == 2
     assert "pip install -e . -e ./benchmarks" in capsys.readouterr().err
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **select: ())  # as if it were never installed
+    assert main(["bench", "--quick"]) == 2
+    assert "pip install -e . -e ./benchmarks" in capsys.readouterr().err
+
+
+def test_prover_bench_runs_the_prover_bench_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prover_core.cli import main
+
+    seen: list[list[str]] = []
+
+    class Found:
+        def load(self) -> object:
+            return lambda argv: seen.append(argv) or 7
+
+    def entry_points(**select: str) -> list[Found]:
+        assert select == {"group": "console_scripts", "name": "prover-bench"}
+        return [Found()]
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    assert main(["bench", "judges", "--quick"]) == 7 and seen == [["judges", "--quick"]]
 
 
 USER_FILE = """\

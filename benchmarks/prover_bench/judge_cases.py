@@ -44,7 +44,7 @@ from prover_bench.tabular import (
     value_table,
 )
 from prover_core.data import Outcome, Trajectory
-from prover_core.demo.mdp import Transition
+from prover_core.demo import Transition
 
 PIVOT_GAP = 0.15
 """The decision gap ``Q_h(s, a) - min_b Q_h(s, b)`` from which a toy-text turn counts as a pivot."""

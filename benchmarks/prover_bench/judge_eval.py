@@ -62,8 +62,7 @@ from prover_bench.report_files import write_report
 from prover_bench.tables import markdown_table
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
-from prover_core.judges import AnchorJudge, DivergenceJudge, RandomJudge
-from prover_core.judges.choice import ChoiceJudge
+from prover_core.judges import ChoiceJudge, judge_names, registered_judges
 from prover_core.judges.combine import FirstOf
 from prover_core.protocols import Judge
 from prover_core.trigger import is_eligible, representative, success_rate
@@ -281,14 +280,9 @@ def evaluate(case: Case, judge: Judge, config: ProverConfig, same_length: bool =
 
 
 def offline_judges(seed: int) -> dict[str, Judge]:
-    """The judges that need no server: the choice judge, the anchor (rate-jump) judge, the divergence rule
-    and random segments."""
-    return {
-        "choice": ChoiceJudge(),
-        "anchor": AnchorJudge(),
-        "divergence": DivergenceJudge(),
-        "random": RandomJudge(seed),
-    }
+    """The judges that need no server, by registered name (:mod:`prover_core.judges.registry`): the choice
+    judge, the anchor (rate-jump) judge, the divergence rule, random segments, and any judge registered since."""
+    return {name: factory(seed) for name, factory in registered_judges().items()}
 
 
 @dataclass(frozen=True)
@@ -489,8 +483,11 @@ def _credited(row: Mapping[str, float]) -> str:
 
 
 def _judge_order(name: str) -> tuple[int, str]:
-    order = {"choice": 0, "anchor": 1, "divergence": 2, "random": 3, ORACLE: 5}
-    return order.get(name, 4), name
+    """The registered judges in registration order, then the others (an LLM judge) by name, the ceiling last."""
+    names = judge_names()
+    if name == ORACLE:
+        return len(names) + 1, name
+    return (names.index(name), name) if name in names else (len(names), name)
 
 
 def _fmt(value: float, signed: bool = False, digits: int = 2) -> str:

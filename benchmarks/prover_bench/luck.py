@@ -15,7 +15,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from prover_bench.suite import BRIDGE, GO, LEFT, RIGHT, Corridor, unpack
-from prover_core.demo.mdp import Transition
+from prover_core.demo import Transition
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ the segment. Judges: ``rule`` (the :class:`~prover_core.judges.DivergenceJudge` 
 ids, :func:`divergence`), ``oracle`` (the turn with the largest exact advantage), ``random`` (a uniform
 admissible segment of at most 4 turns, as :class:`~prover_core.judges.RandomJudge`).
 
-With ``free_samples``, group members that reached a boundary state (:mod:`prover_core.free_samples`)
+With ``free_samples``, group members that reached a boundary state (:mod:`prover_bench.free_samples`)
 replace up to ``K / 2`` of its continuations; they are selection-biased (see that module), so this is
 off by default.
 """
@@ -34,8 +34,8 @@ from numpy.typing import NDArray
 
 from prover_bench import family as F
 from prover_bench.family import Family, FloatArray, Keying
+from prover_bench.free_samples import matching_members
 from prover_bench.methods import continuation_advantages
-from prover_core.free_samples import matching_members
 
 JudgeName = Literal["rule", "oracle", "random"]
 

@@ -9,10 +9,10 @@ import numpy as np
 
 from prover_bench import coupling
 from prover_bench import family as F
+from prover_bench.free_samples import start_bias
 from prover_bench.neural import NeuralRun
 from prover_bench.progress import mean_ci
 from prover_bench.tables import markdown_table
-from prover_core.free_samples import start_bias
 
 Runs = Mapping[str, Mapping[float, Sequence[NeuralRun]]]
 

@@ -1,6 +1,6 @@
 """The benchmark environments: long corridors with one or two pivotal decisions hidden among harmless turns.
 
-A :class:`Corridor` is a :class:`~prover_core.demo.mdp.FiniteMDP` with ``sections`` rooms walked
+A :class:`Corridor` is a :class:`~prover_core.demo.FiniteMDP` with ``sections`` rooms walked
 west to east (``go east`` slips with probability ``slip``), a time limit of ``horizon`` turns, and:
 
 * **items** (pivotal): ``take the <item>`` in its room; the exit door opens only if every item is
@@ -25,7 +25,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prover_core.demo.mdp import Transition
+from prover_core.demo import Transition
 
 ITEMS = ("brass key", "silver amulet", "rope")
 TAKE = "take the {}"

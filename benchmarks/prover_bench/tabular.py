@@ -4,7 +4,7 @@ With ``pi`` the policy and ``h`` the turns left,
 
     V(s, 0) = 0,   V(s, h) = sum_a pi(a | o(s)) sum_{(p, s', done, win)} p * (win if done else V(s', h - 1)),
 
-the recursion of :func:`prover_core.demo.mdp.exact_success_probability`, computed here for every
+the recursion of :func:`prover_core.demo.exact_success_probability`, computed here for every
 state and every ``h`` at once. The true advantage of turn ``t`` of an episode with states
 ``s_0..s_{T-1}`` and outcome ``R`` is ``V(s_{t+1}, H-t-1) - V(s_t, H-t)``, with ``V(s_T) = R``.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from prover_core.demo.mdp import FiniteMDP, TabularPolicy
+from prover_core.demo import FiniteMDP, TabularPolicy
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -161,7 +161,7 @@ def value_table(c: Compiled, theta: FloatArray, horizon: int | None = None) -> F
 
 
 def as_tabular_policy(c: Compiled, theta: FloatArray) -> TabularPolicy:
-    """The same policy as a :class:`~prover_core.demo.mdp.TabularPolicy` (for the library's own env and policy)."""
+    """The same policy as a :class:`~prover_core.demo.TabularPolicy` (for the library's own env and policy)."""
     logits = {
         (c.observations[o], a): float(theta[c.offset[o] + j])
         for o, acts in enumerate(c.obs_actions)

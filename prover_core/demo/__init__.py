@@ -1,6 +1,18 @@
-"""The embedded default: a small text environment with one pivotal decision, solvable exactly."""
+"""The embedded default: a small text environment with one pivotal decision, solvable exactly.
 
-from prover_core.demo.mdp import FiniteMDP, MDPEnv, TabularPolicy, exact_success_probability
+The finite MDPs and their exact solver live in the private ``_finite_mdp`` module; what the benchmarks and tests use
+of it is exported here.
+"""
+
+from prover_core.demo._finite_mdp import FiniteMDP, MDPEnv, TabularPolicy, Transition, exact_success_probability
 from prover_core.demo.vault import VaultMDP, vault_policy
 
-__all__ = ["FiniteMDP", "MDPEnv", "TabularPolicy", "VaultMDP", "exact_success_probability", "vault_policy"]
+__all__ = [
+    "FiniteMDP",
+    "MDPEnv",
+    "TabularPolicy",
+    "Transition",
+    "VaultMDP",
+    "exact_success_probability",
+    "vault_policy",
+]

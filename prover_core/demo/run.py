@@ -10,14 +10,25 @@ from dataclasses import dataclass
 from prover_core.bonus import BonusResult, compute_bonus
 from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
-from prover_core.demo.mdp import MDPEnv, exact_success_probability
+from prover_core.demo._finite_mdp import MDPEnv, exact_success_probability
 from prover_core.demo.vault import VaultMDP, vault_policy
-from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, RandomJudge
+from prover_core.judges import make_judge
 from prover_core.protocols import Judge
 from prover_core.record import record_episode
 from prover_core.report import Report
 from prover_core.restore import SnapshotEnv
 from prover_core.text import shorten
+
+__all__ = [
+    "DemoRun",
+    "render",
+    "render_skips",
+    "rollout_batch",
+    "run_demo",
+    "skip_reasons",
+    "states_along",
+    "word_count",
+]
 
 
 def word_count(text: object) -> int:
@@ -78,18 +89,12 @@ def run_demo(
     judge: str = "choice",
     custom_judge: Judge | None = None,
 ) -> DemoRun:
-    """Roll out a batch of the vault, run compute_bonus on it; ``custom_judge`` replaces the named one."""
+    """Roll out a batch of the vault, run compute_bonus on it with the judge registered as ``judge``
+    (:mod:`prover_core.judges.registry`); ``custom_judge`` replaces the named one."""
     mdp = VaultMDP()
     trajectories = rollout_batch(mdp, groups, group_size, seed)
-    named: dict[str, Judge] = {
-        "choice": ChoiceJudge(),
-        "anchor": AnchorJudge(),
-        "divergence": DivergenceJudge(),
-        "random": RandomJudge(seed),
-    }
-    if judge not in named:
-        raise ValueError(f"unknown judge {judge!r}; choose from {sorted(named)}")
-    chosen: Judge = custom_judge or named[judge]
+    named = make_judge(judge, seed)  # an unknown name raises ValueError
+    chosen: Judge = custom_judge or named
     judge = "llm" if custom_judge is not None else judge
     result = compute_bonus(
         trajectories,

@@ -3,7 +3,7 @@
 The pivotal decision is ``take key`` in the key room: the vault opens only with the key, and the
 corridor is one-way. Everything else (``wait``, ``look around``, slipping on the wet floor while
 going east) matters only through the turn limit. Success probabilities are exact (see
-:mod:`prover_core.demo.mdp`).
+:mod:`prover_core.demo._finite_mdp`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prover_core.demo.mdp import TabularPolicy, Transition, log_weights
+from prover_core.demo._finite_mdp import TabularPolicy, Transition, log_weights
+
+__all__ = ["State", "VAULT_WEIGHTS", "VaultMDP", "vault_policy"]
 
 State = tuple[int, bool]  # (room, has_key)
+"""A vault state: ``(room, has_key)``."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ VAULT_WEIGHTS: Mapping[str, float] = {
     "take key": 1.2,
     "open vault": 4.0,
 }
+"""The vault policy's unnormalised action weights (``pi(a | o)`` proportional to the weight)."""
 
 
 def vault_policy(weights: Mapping[str, float] = VAULT_WEIGHTS) -> TabularPolicy:

@@ -6,6 +6,8 @@
 ``LLMJudge`` speaks the OpenAI chat-completions protocol (docs/judges.md; imported on first use,
 so that code without an LLM judge does not pay for httpx and tenacity at import time).
 :func:`default_judge` is the library's default, the one every adapter uses when given none.
+The judges without a model register by name here (:mod:`prover_core.judges.registry`): a new judge is
+its module and one ``register_judge`` line below.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -15,6 +17,7 @@ from prover_core.judges.choice import ChoiceJudge
 from prover_core.judges.combine import FirstOf
 from prover_core.judges.divergence import DivergenceJudge
 from prover_core.judges.random_segment import RandomJudge
+from prover_core.judges.registry import judge_names, make_judge, register_judge, registered_judges
 
 if TYPE_CHECKING:
     from prover_core.judges.llm import LLMJudge
@@ -29,7 +32,16 @@ __all__ = [
     "LLMJudgeConfig",
     "RandomJudge",
     "default_judge",
+    "judge_names",
+    "make_judge",
+    "register_judge",
+    "registered_judges",
 ]
+
+register_judge("choice", lambda seed: ChoiceJudge())
+register_judge("anchor", lambda seed: AnchorJudge())
+register_judge("divergence", lambda seed: DivergenceJudge())
+register_judge("random", RandomJudge)
 
 
 def default_judge() -> ChoiceJudge:

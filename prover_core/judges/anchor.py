@@ -38,6 +38,8 @@ from typing import Any
 
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 
+__all__ = ["AnchorJudge", "TurnEvidence"]
+
 
 def _default_key(value: Any) -> Hashable:
     return value if isinstance(value, Hashable) else repr(value)
@@ -115,9 +117,10 @@ class AnchorJudge:
         return out
 
     def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
-        if last < 0:
-            return Decline(reason=f"trajectory has {success.num_turns} turns: no admissible segment")
+        declined = rules.no_segment(success)
+        if declined is not None:
+            return declined
+        last = rules.last_end(success.num_turns)
         stats = self.evidence(success, failures, last)
         strong = [e for e in stats if e.visited >= self.min_failures and (e.q < self.jump or e.p <= self.alpha)]
         if not strong:

@@ -61,6 +61,8 @@ from dataclasses import dataclass
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 from prover_core.judges.keys import Key, repeating_key, value_key
 
+__all__ = ["ChoiceEvidence", "ChoiceJudge", "choice_evidence", "fisher_p"]
+
 
 @dataclass(frozen=True)
 class ChoiceEvidence:
@@ -186,9 +188,10 @@ class ChoiceJudge:
         *,
         others: Sequence[Trajectory] = (),
     ) -> Proposal | Decline:
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
-        if last < 0:
-            return Decline(reason=f"trajectory has {success.num_turns} turns: no admissible segment")
+        declined = rules.no_segment(success)
+        if declined is not None:
+            return declined
+        last = rules.last_end(success.num_turns)
         stats = self.evidence(success, failures, last, others)
         # under negative credit the roles are swapped: "success" is a failed run, "failures" the successes
         unlike = "failed" if success.success else "successful"

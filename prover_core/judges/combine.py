@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
-from prover_core.protocols import Judge
+from prover_core.protocols import Judge, PerStepJudge
+
+__all__ = ["FirstOf"]
 
 
 class FirstOf:
@@ -30,9 +32,8 @@ class FirstOf:
     def new_step(self) -> None:
         """Forwarded to judges that keep per-step state (the LLM judge's budget)."""
         for judge in self.judges:
-            step = getattr(judge, "new_step", None)
-            if callable(step):
-                step()
+            if isinstance(judge, PerStepJudge):
+                judge.new_step()
 
     async def propose(
         self,

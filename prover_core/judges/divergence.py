@@ -16,6 +16,8 @@ from typing import Any
 
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 
+__all__ = ["DivergenceJudge"]
+
 
 def _default_key(value: Any) -> Hashable:
     return value if isinstance(value, Hashable) else repr(value)
@@ -40,7 +42,7 @@ class DivergenceJudge:
             for obs, actions in taken.items():
                 seen.setdefault(obs, []).append(actions)
 
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
+        last = rules.last_end(success.num_turns)
         ranked: list[tuple[bool, int, int]] = []  # (next observation new to the failures, |F_t|, -t)
         for t in range(last + 1):
             turn = success.turns[t]

@@ -17,7 +17,10 @@ from typing import Any
 
 from prover_core.data import Trajectory
 
+__all__ = ["Key", "repeating_key", "value_key", "volatile_tokens"]
+
 Key = Callable[[Any], Hashable]
+"""Maps an observation or action to something hashable that identifies it."""
 
 
 def value_key(value: Any) -> Hashable:

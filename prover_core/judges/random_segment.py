@@ -9,6 +9,8 @@ import numpy as np
 
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
 
+__all__ = ["RandomJudge"]
+
 
 class RandomJudge:
     """Picks uniformly among all admissible segments of the successful trajectory.
@@ -21,9 +23,10 @@ class RandomJudge:
         self.seed = seed
 
     def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
+        declined = rules.no_segment(success)
+        if declined is not None:
+            return declined
         candidates = rules.candidates(success)
-        if not candidates:
-            return Decline(reason=f"trajectory has {success.num_turns} turns: no admissible segment")
         rng = np.random.default_rng([self.seed, zlib.crc32(success.id.encode())])
         segment = candidates[int(rng.integers(len(candidates)))]
         return Proposal(segment=segment, rationale="uniformly random admissible segment")

@@ -170,7 +170,7 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
         assert (log["prover/policy_calls"], log["prover/policy_batch_mean"]) == (2, 3 * K / 2)
     # per-stage wall times (prover_core.progress): verification ran, and no stage outlasts the whole call
     assert all(0 < log["prover/time/verify"] <= log["prover/time/total"] for log in logged)
-    for stage in ("propose", "credit"):
+    for stage in ("propose", "outside", "credit"):  # credit: the former name of outside
         assert all(0 <= log[f"prover/time/{stage}"] <= log["prover/time/total"] for log in logged)
 
 

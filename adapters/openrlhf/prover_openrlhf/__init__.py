@@ -17,8 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from prover_core.credit import mask_runs
-from prover_core.hosts import require_hosts
+from prover_core.hosts import mask_runs, require_hosts
 from prover_openrlhf.batch import Plan, Row, batch_rows, build_trajectory, plan_batch
 from prover_openrlhf.errors import ExperienceBatchError, ProverOpenRLHFError, SetupError
 from prover_openrlhf.prover_setup import SETUP_ENV, ProverSetup, load_setup

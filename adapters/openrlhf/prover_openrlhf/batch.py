@@ -16,9 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prover_core.credit import mask_runs
-from prover_core.data import Trajectory, Turn
-from prover_core.report import GroupRecord
+from prover_core.hosts import GroupRecord, Trajectory, Turn, mask_runs
 from prover_openrlhf.errors import ExperienceBatchError
 from prover_openrlhf.records import EpisodeRecord, record_key
 from prover_openrlhf.spans import ranges_to_mask_spans

@@ -27,8 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from prover_core.engine import EnginePolicy, Generation, SamplingParams, TokenStore
-from prover_core.errors import ContinuationLimitError, EngineError
+from prover_core.hosts import ContinuationLimitError, EngineError, EnginePolicy, Generation, SamplingParams, TokenStore
 from prover_openrlhf.errors import SetupError
 
 ENGINES_ACTOR_NAME = "prover_openrlhf_vllm_engines"
@@ -291,8 +290,8 @@ def publish_on_create() -> Callable[..., Any]:
 
     Run in the driver before ``openrlhf.cli.train_ppo_ray`` imports the name; idempotent. Returns the wrapper.
     """
-    module = importlib.import_module(VLLM_ENGINE_MODULE)
-    package = importlib.import_module(VLLM_ENGINE_MODULE.rpartition(".")[0])
+    module: Any = importlib.import_module(VLLM_ENGINE_MODULE)
+    package: Any = importlib.import_module(VLLM_ENGINE_MODULE.rpartition(".")[0])
     original = module.create_vllm_engines
     if getattr(original, "publishes_engines", False):
         package.create_vllm_engines = original

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prover_core.errors import InvalidBatchError, ProverError
+from prover_core.hosts import InvalidBatchError, ProverError
 
 
 class ProverOpenRLHFError(ProverError):

@@ -36,10 +36,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # type: ignore[import-untyped]
 from openrlhf.utils.logging_utils import init_logger  # type: ignore[import-untyped]
 
-from prover_core.bonus import BonusResult, compute_bonus
-from prover_core.data import Trajectory
-from prover_core.engine import EnginePolicy
-from prover_core.report import Report
+from prover_core.hosts import BonusResult, EnginePolicy, Report, Trajectory, compute_bonus
 from prover_openrlhf.batch import Row, batch_rows, plan_batch
 from prover_openrlhf.engine import RolloutEngines, find_engines
 from prover_openrlhf.prover_setup import ProverSetup, load_setup

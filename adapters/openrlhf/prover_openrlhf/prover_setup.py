@@ -14,9 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prover_core.config import ProverConfig
-from prover_core.judges import default_judge
-from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
+from prover_core.hosts import ContinueFn, Judge, Policy, ProverConfig, RestorableEnv, default_judge
 from prover_openrlhf.errors import SetupError
 from prover_openrlhf.records import RayRecordStore, RecordStore
 

@@ -19,9 +19,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prover_core.data import Trajectory
-from prover_core.errors import ContinuationError, ProverError, ReplayMismatchError, RestoreError
-from prover_core.protocols import Step
+from prover_core.hosts import ContinuationError, ProverError, ReplayMismatchError, RestoreError, Step, Trajectory
 from prover_openrlhf.records import scalar
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from prover_core.credit import mask_runs
-from prover_core.hosts import require_hosts
+from prover_core.hosts import mask_runs, require_hosts
 from prover_trl.batch import PROVER_KEYS, RESET_KEY, SPANS_KEY, SUCCESS_KEY, TURNS_KEY, Row, build_trajectory, owners
 from prover_trl.chat import ChatRenderer
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine, trainer_sampling

@@ -14,10 +14,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prover_core import ProverConfig, Report, Trajectory, Turn
-from prover_core.credit import mask_runs, spans_off_mask
-from prover_core.engine.parity import merge_metrics
-from prover_core.trigger import is_eligible, representative, success_rate
+from prover_core.hosts import (
+    ProverConfig,
+    Report,
+    Trajectory,
+    Turn,
+    is_eligible,
+    mask_runs,
+    merge_metrics,
+    representative,
+    spans_off_mask,
+    success_rate,
+)
 from prover_trl.errors import ProverTRLError
 from prover_trl.spans import check_spans
 

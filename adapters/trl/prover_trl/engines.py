@@ -22,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from prover_core.engine import Generation, SamplingParams
-from prover_core.errors import EngineError
+from prover_core.hosts import EngineError, Generation, SamplingParams
 
 DISTRIBUTION = (
     "temperature",

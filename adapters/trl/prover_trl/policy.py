@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from prover_core import PolicyContext, Trajectory
-from prover_core.batching import Batcher
+from prover_core.hosts import Batcher, PolicyContext, Trajectory
 from prover_trl.errors import ProverTRLError
 
 TokenIds = list[int]

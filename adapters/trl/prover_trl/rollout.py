@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from prover_core import Env
+from prover_core.hosts import Env
 from prover_trl.backend import collective_generation
 from prover_trl.batch import RESET_KEY, SPANS_KEY, SUCCESS_KEY, TURNS_KEY
 from prover_trl.errors import ProverTRLError

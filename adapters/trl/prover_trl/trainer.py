@@ -34,21 +34,25 @@ import torch
 from accelerate.utils import gather_object
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-from prover_core import (
+from prover_core.hosts import (
     BonusResult,
     ContinueFn,
+    EnginePolicy,
+    Generation,
     GroupRecord,
     Judge,
     Policy,
     ProverConfig,
     Report,
     RestorableEnv,
+    TokenEngine,
+    TokenStore,
     Trajectory,
     compute_bonus,
     default_judge,
+    mask_runs,
+    spread_to_tokens,
 )
-from prover_core.credit import mask_runs, spread_to_tokens
-from prover_core.engine import EnginePolicy, Generation, TokenEngine, TokenStore
 from prover_trl.backend import backend, collective_generation
 from prover_trl.batch import (
     PROVER_KEYS,

@@ -26,7 +26,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from prover_core.data import Trajectory, Turn
+from prover_core.hosts import Trajectory, Turn
 from prover_verl.spec import ProverSpec, load_spec
 
 AGENT_NAME = "prover_env"

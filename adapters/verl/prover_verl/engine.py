@@ -33,8 +33,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from prover_core.engine import Generation, SamplingParams
-from prover_core.errors import EngineError
+from prover_core.hosts import EngineError, Generation, SamplingParams
 
 SEED_KEYS = {"vllm": "seed", "sglang": "sampling_seed", "trtllm": "seed"}
 """The per-request seed's name in each backend's sampling parameters."""

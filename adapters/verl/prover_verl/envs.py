@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prover_core.errors import RestoreError
-from prover_core.protocols import Step
+from prover_core.hosts import RestoreError, Step
 
 
 def _first(value: Any, name: str) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prover_core.errors import ProverError
+from prover_core.hosts import ProverError
 
 
 class HookMissingError(ProverError, RuntimeError):

@@ -23,8 +23,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import AdvantageEstimator, compute_grpo_outcome_advantage, register_adv_est
 
-from prover_core.bonus import compute_bonus, group_batch
-from prover_core.data import Trajectory
+from prover_core.hosts import Trajectory, compute_bonus, group_batch
 from prover_verl.errors import RowAlignmentError
 from prover_verl.hook import take_prover_step
 from prover_verl.names import ESTIMATOR_NAME

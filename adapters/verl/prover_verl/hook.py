@@ -25,10 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prover_core.bonus import BonusResult
-from prover_core.config import ProverConfig
-from prover_core.data import Trajectory
-from prover_core.protocols import ContinueFn, Judge, Policy, RestorableEnv
+from prover_core.hosts import BonusResult, ContinueFn, Judge, Policy, ProverConfig, RestorableEnv, Trajectory
 from prover_verl.errors import HookMissingError
 
 

@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from prover_core.bonus import BonusResult
-from prover_core.credit import mask_runs, spans_off_mask
-from prover_core.data import Trajectory
+from prover_core.hosts import BonusResult, Trajectory, mask_runs, spans_off_mask
 from prover_verl.errors import RowAlignmentError, TurnAlignmentError
 from prover_verl.hook import RowTurns
 

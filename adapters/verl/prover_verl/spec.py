@@ -12,11 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from prover_core.config import ProverConfig
-from prover_core.engine import SamplingParams
-from prover_core.judges import default_judge
-from prover_core.protocols import Judge
-from prover_core.restore import Env
+from prover_core.hosts import Env, Judge, ProverConfig, SamplingParams, default_judge
 from prover_verl.errors import SetupError
 
 SPEC_KEY = "prover.spec"

@@ -28,11 +28,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from prover_core.bonus import group_batch
-from prover_core.data import Trajectory
-from prover_core.engine import EnginePolicy, TokenStore
-from prover_core.restore import ReplayEnv
-from prover_core.trigger import success_rate
+from prover_core.hosts import EnginePolicy, ReplayEnv, TokenStore, Trajectory, group_batch, success_rate
 from prover_verl.agent_loop import TRAJECTORY_FIELD
 from prover_verl.engine import VerlServerEngine, sglang_seed_note
 from prover_verl.errors import RowAlignmentError, SetupError

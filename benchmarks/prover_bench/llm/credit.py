@@ -94,7 +94,7 @@ class OracleJudge:
 
     def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
         turns = [t for t, turn in enumerate(success.turns) if turn.info.get("pivot")]
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
+        last = rules.last_end(success.num_turns)
         if not turns or turns[-1] > last:
             return Decline(reason="no pivot turn in an admissible position")
         t = turns[-1]  # the goal key taken last is the one kept
@@ -117,7 +117,7 @@ class SameLengthRandomJudge:
         if isinstance(ref, Decline):
             return ref
         width = ref.segment.num_turns
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
+        last = rules.last_end(success.num_turns)
         rng = np.random.default_rng([self.seed, zlib.crc32(success.id.encode())])
         start = int(rng.integers(0, last - width + 2))
         self.lengths.append(width)

@@ -101,7 +101,7 @@ class LLMJudge:
 
     def _no_candidate(self, success: Trajectory, rules: SegmentRules) -> Decline | None:
         """A :class:`Decline` without asking when no admissible segment avoids every invalid action."""
-        last = success.num_turns - (2 if rules.nonterminal_end else 1)
+        last = rules.last_end(success.num_turns)
         if any(self.action_error(success.turns[t]) is None for t in range(last + 1)):
             return None  # a one-turn segment on a valid turn is admissible
         self._stats.add(declines=1)

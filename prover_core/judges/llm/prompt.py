@@ -183,16 +183,15 @@ _ROLES = {
 
 def last_end(success: Trajectory, rules: SegmentRules) -> int:
     """The last turn a segment may end on."""
-    return success.num_turns - (2 if rules.nonterminal_end else 1)
+    return rules.last_end(success.num_turns)
 
 
 def system_prompt(success: Trajectory, rules: SegmentRules, config: LLMJudgeConfig) -> str:
     """The instructions; ``success`` is the examined run (the failed one when roles are swapped)."""
     roles = _ROLES[success.success]
     end = last_end(success, rules)
-    end_rule = f"end_turn must be at most {end}" + (
-        " (the final turn cannot be chosen)" if rules.nonterminal_end else ""
-    )
+    final = " (the final turn cannot be chosen)" if end < success.num_turns - 1 else ""
+    end_rule = f"end_turn must be at most {end}{final}"
     tools = _TOOLS_TEXT.format(rounds=config.max_tool_rounds, **roles) if config.mode == "agentic" else ""
     span = config.answer_form == "span"
     second = "turns" if span else "end_turn"
