@@ -34,6 +34,7 @@ from prover_core.grpo import group_advantages, grpo_advantages
 from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, FirstOf, RandomJudge, default_judge
 from prover_core.progress import Progress
 from prover_core.protocols import (
+    BatchPolicy,
     ContinueFn,
     Episode,
     FunctionPolicy,
@@ -50,6 +51,7 @@ from prover_core.view import TrajectoryCredit, TurnCredit, credit_view, plot_cre
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchPolicy",
     "AnchorJudge",
     "BonusResult",
     "ContinuationError",

@@ -31,11 +31,10 @@ when every eligible group of a call is skipped (logger ``prover_core``).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -47,15 +46,14 @@ from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
-from prover_core.continuations import Continuer, env_continuer, hook_continuer, usage_error
+from prover_core.continuations import Continuer, make_continuer, usage_error
 from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Proposal, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
-from prover_core.pairing import paired
 from prover_core.progress import Progress, ProgressFn, StageClock, format_progress
 from prover_core.propose import propose
-from prover_core.protocols import ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, as_policy
+from prover_core.protocols import BatchPolicy, ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, described, require
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.restore import SnapshotEnv
 from prover_core.trigger import longest_failure, representative, trigger
@@ -111,84 +109,6 @@ def group_batch(trajectories: Iterable[Trajectory | Mapping[str, Any]]) -> dict[
     for t in items:
         groups.setdefault(t.group_id, []).append(t)
     return groups
-
-
-def _described(value: object) -> str:
-    if value is None:
-        return "None"
-    if callable(value) and not hasattr(value, "__self__") and hasattr(value, "__code__"):
-        return f"the function {getattr(value, '__qualname__', value)!r}"
-    return f"a {type(value).__name__}"
-
-
-def check_protocol(value: object, name: str, method: str, signature: str, hint: str = "") -> None:
-    """Raise :class:`ProtocolError` unless ``value`` has a callable ``method``."""
-    if not callable(getattr(value, method, None)):
-        raise ProtocolError(
-            f"{name} must be an object with a method {method}({signature}); got {_described(value)}"
-            + (hint and f". {hint}")
-        )
-
-
-def _check_env(env: object) -> None:
-    plain = callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
-    hint = "It looks like a plain environment (reset/step): pass ReplayEnv(make_env) or SnapshotEnv(make_env)"
-    check_protocol(env, "env", "restore", "trajectory, turn, seed", hint if plain else "")
-
-
-def _continuer(
-    env: RestorableEnv | None,
-    policy: Policy | PolicyFn | None,
-    continue_from: ContinueFn | None,
-    config: ProverConfig,
-    executor: Continuer | None = None,
-) -> Continuer:
-    threaded = config.continuation_timeout_s is not None  # so that the time limit holds over blocking code
-    if executor is not None:
-        if env is not None or policy is not None or continue_from is not None:
-            raise ValueError("give executor alone, without env, policy or continue_from")
-        if not callable(executor):
-            raise ProtocolError(
-                f"executor must be callable as executor(trajectory, turn, seed); got {_described(executor)}"
-            )
-        if config.delta_of == "choices" and not _takes_replay(executor):
-            raise ProtocolError(
-                "delta_of='choices' needs executor(trajectory, turn, seed, replay=0) (LocalExecutor and RayExecutor "
-                "take it): with replay=n the continuation takes the recorded actions of turns turn .. turn+n-1 "
-                "again while on the recorded path"
-            )
-        return executor
-    if continue_from is not None:
-        if env is not None or policy is not None:
-            raise ValueError("give either continue_from or env and policy, not both")
-        if not callable(continue_from):
-            raise ProtocolError(
-                f"continue_from must be callable as continue_from(trajectory, turn, seed); "
-                f"got {_described(continue_from)}"
-            )
-        if config.delta_of == "choices" and not _takes_replay(continue_from):
-            raise ProtocolError(
-                "delta_of='choices' needs continue_from(trajectory, turn, seed, replay=0): with replay=n it must take "
-                "the recorded actions of turns turn .. turn+n-1 again (fresh transitions) while the run stays on the "
-                "recorded path, then let the policy act"
-            )
-        return hook_continuer(continue_from, threaded)
-    if env is None or policy is None:
-        raise ValueError("compute_bonus needs env and policy, or continue_from")
-    _check_env(env)
-    acting = as_policy(policy)  # a plain function act(context) -> action is a policy too
-    check_protocol(acting, "policy", "act", "context", "or pass a function act(context) -> action")
-    env, acting = paired(config.pairing, env, acting)
-    return env_continuer(env, acting, config.max_continuation_turns, threaded)
-
-
-def _takes_replay(fn: Callable[..., object]) -> bool:
-    """Whether ``fn`` accepts a ``replay`` keyword (or any keyword)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "replay" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]:
@@ -314,7 +234,7 @@ async def acompute_bonus(
     *,
     judge: Judge,
     env: RestorableEnv | None = None,
-    policy: Policy | PolicyFn | None = None,
+    policy: Policy | BatchPolicy | PolicyFn | None = None,
     continue_from: ContinueFn | None = None,
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
@@ -328,10 +248,19 @@ async def acompute_bonus(
     """
     started = time.perf_counter()
     config = config or ProverConfig()
-    check_protocol(judge, "judge", "propose", "success, failures, rules")
-    if progress is not None and not callable(progress):
-        raise ProtocolError(f"progress must be callable as progress(event); got {_described(progress)}")
-    continuer = _continuer(env, policy, continue_from, config, executor)
+    require(judge, "judge", Judge, "propose(success, failures, rules)")
+    if progress is not None and (isinstance(progress, type) or not callable(progress)):
+        raise ProtocolError(f"progress must be callable as progress(event); got {described(progress)}")
+    continuer = make_continuer(
+        env,
+        policy,
+        continue_from,
+        executor,
+        max_turns=config.max_continuation_turns,
+        threaded=config.continuation_timeout_s is not None,  # so that the time limit holds over blocking code
+        pairing=config.pairing,
+        replay=config.delta_of == "choices",
+    )
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
             cache.clear()
@@ -506,7 +435,7 @@ def compute_bonus(
     *,
     judge: Judge,
     env: RestorableEnv | None = None,
-    policy: Policy | PolicyFn | None = None,
+    policy: Policy | BatchPolicy | PolicyFn | None = None,
     continue_from: ContinueFn | None = None,
     config: ProverConfig | None = None,
     executor: Continuer | None = None,

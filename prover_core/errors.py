@@ -66,6 +66,11 @@ class ContinuationTimeoutError(ContinuationError):
     """A continuation ran past ``ProverConfig.continuation_timeout_s`` seconds of wall time."""
 
 
+class ThreadsExhaustedError(ContinuationError):
+    """Too many threads of synchronous user code abandoned at their time limit are still blocked: prover-core
+    refuses to start another until they end (``prover_core._aio.MAX_BLOCKED_THREADS``); the message names the call."""
+
+
 class EngineError(ContinuationError):
     """An inference engine failed to generate a continuation's action (refused, unreachable, garbage)."""
 

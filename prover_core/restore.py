@@ -31,7 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -44,6 +44,7 @@ logger = logging.getLogger("prover_core")
 MissingReseed = Literal["warn", "error", "ignore"]
 
 
+@runtime_checkable
 class Env(Protocol):
     """A plain environment that can be reset from a spec; the input of the restoration helpers.
 

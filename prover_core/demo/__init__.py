@@ -1,6 +1,14 @@
 """The embedded default: a small text environment with one pivotal decision, solvable exactly."""
 
 from prover_core.demo.mdp import FiniteMDP, MDPEnv, TabularPolicy, exact_success_probability
-from prover_core.demo.vault import VaultMDP, vault_policy
+from prover_core.demo.vault import VaultBatchPolicy, VaultMDP, vault_policy
 
-__all__ = ["FiniteMDP", "MDPEnv", "TabularPolicy", "VaultMDP", "exact_success_probability", "vault_policy"]
+__all__ = [
+    "FiniteMDP",
+    "MDPEnv",
+    "TabularPolicy",
+    "VaultBatchPolicy",
+    "VaultMDP",
+    "exact_success_probability",
+    "vault_policy",
+]

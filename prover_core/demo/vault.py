@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prover_core.demo.mdp import TabularPolicy, Transition, log_weights
+from prover_core.protocols import PolicyContext
 
 State = tuple[int, bool]  # (room, has_key)
 
@@ -75,3 +76,15 @@ VAULT_WEIGHTS: Mapping[str, float] = {
 def vault_policy(weights: Mapping[str, float] = VAULT_WEIGHTS) -> TabularPolicy:
     """The demo's current policy: ``pi(a | o) ∝ weights[a]`` over the admissible actions."""
     return TabularPolicy(log_weights(weights))
+
+
+class VaultBatchPolicy:
+    """The vault policy as a model serves one: ``act_batch(contexts)`` answers many contexts in one call (a
+    :class:`~prover_core.protocols.BatchPolicy`), each sampled from its own ``context.rng`` as :func:`vault_policy`
+    samples it, so verification costs one round of policy calls per turn of its longest continuation."""
+
+    def __init__(self, weights: Mapping[str, float] = VAULT_WEIGHTS) -> None:
+        self.policy = vault_policy(weights)
+
+    def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:
+        return [self.policy.act(context) for context in contexts]
