@@ -16,8 +16,9 @@ adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that seg
 
 Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): a line per finished eligible
 group and a summary line per call at INFO, and each group's trigger, proposal and verification at DEBUG
-as they happen; ``progress=fn`` also hands each finished group to ``fn`` (a host's progress bar), see
-:mod:`prover_core.progress`. The wall time of each stage is in ``Report.timings``.
+as they happen; ``progress=fn`` also hands ``fn`` (a host's progress bar) an event as each round of policy calls,
+each continuation and each group ends, see :mod:`prover_core.progress`. The wall time of each stage is in
+``Report.timings``.
 
 Programming errors are not skips: an object that misses its protocol (a function as the policy,
 ``judge=None``, a plain environment as ``env``) raises :class:`~prover_core.errors.ProtocolError`
@@ -31,8 +32,10 @@ when every eligible group of a call is skipped (logger ``prover_core``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,12 +49,12 @@ from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
-from prover_core.continuations import Continuer, make_continuer, usage_error
+from prover_core.continuations import Continuer, counted, make_continuer, usage_error
 from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Proposal, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
-from prover_core.progress import Progress, ProgressFn, StageClock, format_progress
+from prover_core.progress import Progress, ProgressFn, ProgressKind, ProgressLog, StageClock, format_progress
 from prover_core.propose import propose
 from prover_core.protocols import BatchPolicy, ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, described, require
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
@@ -277,31 +280,28 @@ async def acompute_bonus(
     cases = [_Case(gid, groups[gid], direction) for gid, direction in eligible]
     if logger.isEnabledFor(logging.DEBUG):
         _log_trigger(groups, dict(eligible), records)
-    stages, finished, gathered_at = StageClock(), 0, time.perf_counter()
-
-    def done(record: GroupRecord) -> None:
-        nonlocal finished
-        finished += 1
-        _report_progress(Progress(finished, len(cases), record, time.perf_counter() - started), progress)
+    stages, gathered_at = StageClock(), time.perf_counter()
+    tally = _Tally(len(cases), started, progress)
+    continuer = counted(continuer, tally.continuation_ended)
 
     async def judged(case: _Case) -> GroupRecord | Proposal:
         answer = await _propose_case(case, judge, config, stages)
         if isinstance(answer, GroupRecord):
             records[case.group_id] = answer
-            done(answer)
+            tally.group_finished(answer)
         return answer
 
     # 2. Propose: every eligible group's judge at once
     answers = await asyncio.gather(*(judged(case) for case in cases))
     proposed = [(case, answer) for case, answer in zip(cases, answers, strict=True) if isinstance(answer, Proposal)]
-    limit, rounds = asyncio.Semaphore(config.max_concurrency), PolicyClock()
+    limit, rounds = asyncio.Semaphore(config.max_concurrency), tally.clock
 
     async def verified(case: _Case, answer: Proposal) -> None:
         record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds))
         records[case.group_id] = record
         if credit is not None:  # 4. Credit
             turn_bonus[credit[0]] = credit[1]
-        done(record)
+        tally.group_finished(record)
 
     # 3. Verify: every proposed segment together, so that each round of policy calls serves them all
     await asyncio.gather(*(verified(case, answer) for case, answer in proposed))
@@ -353,17 +353,46 @@ def _log_trigger(
         logger.debug("group %s: success rate %d/%d, %s", gid, sum(t.success for t in members), len(members), verdict)
 
 
-def _report_progress(event: Progress, progress: ProgressFn | None) -> None:
-    """Log ``event`` at INFO and hand it to the host's ``progress`` callback; a callback that raises is
-    logged (with its traceback) and does not stop the step."""
-    if logger.isEnabledFor(logging.INFO):
-        logger.info(format_progress(event))
-    if progress is None:
-        return
-    try:
-        progress(event)
-    except Exception:
-        logger.warning("the progress callback %r raised; the step goes on", progress, exc_info=True)
+class _Tally:
+    """A call's progress: groups finished, continuations ended, verification's rounds (its :class:`PolicyClock`);
+    each change becomes a :class:`Progress` event for the log and the host's ``progress`` callback, on the event
+    loop's thread (a round moved in a worker thread is handed over)."""
+
+    def __init__(self, total: int, started: float, progress: ProgressFn | None) -> None:
+        self.total, self.started, self.progress = total, started, progress
+        self.groups = self.continuations = self.failures = 0
+        self.clock = PolicyClock(self._round)
+        self.log = ProgressLog()
+        self.loop, self.thread = asyncio.get_running_loop(), threading.get_ident()
+
+    def group_finished(self, record: GroupRecord) -> None:
+        self.groups += 1
+        self._emit("group", record)
+
+    def continuation_ended(self) -> None:
+        self.continuations += 1
+        self._emit("continuation")
+
+    def _round(self, _now: int) -> None:
+        if threading.get_ident() == self.thread:
+            self._emit("round")
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening
+                self.loop.call_soon_threadsafe(self._emit, "round")
+
+    def _emit(self, kind: ProgressKind, record: GroupRecord | None = None) -> None:
+        seconds = time.perf_counter() - self.started
+        event = Progress(self.groups, self.total, record, seconds, kind, self.continuations, self.clock.now)
+        if logger.isEnabledFor(logging.INFO) and self.log.wants(event):
+            logger.info(format_progress(event))
+        if self.progress is None:
+            return
+        try:
+            self.progress(event)
+        except Exception:
+            self.failures += 1
+            if self.failures == 1:  # once per call: it is called again for every event
+                logger.warning("the progress callback %r raised; the step goes on", self.progress, exc_info=True)
 
 
 def _summary(report: Report, seconds: float) -> str:
@@ -443,14 +472,15 @@ def compute_bonus(
 ) -> BonusResult:
     """Propose, Verify, Credit over a batch of grouped trajectories.
 
-    Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`Policy`, or a plain
-    function ``act(context) -> action``), or the
+    Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`BatchPolicy`, served one
+    ``act_batch`` call per round; a :class:`Policy`; or a plain function ``act(context) -> action``), or the
     low-level ``continue_from(trajectory, turn, seed)``, or an ``executor`` from
     :mod:`prover_core.executors` (e.g. a ``RayExecutor``) that runs continuations elsewhere.
     Safe to call from inside a running event loop, except with async objects bound to that loop
     (:class:`~prover_core.errors.EventLoopError`: use ``await acompute_bonus(...)`` there).
-    ``progress(event)`` is called with a :class:`~prover_core.progress.Progress` as each eligible group
-    finishes. Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
+    ``progress(event)`` is called with a :class:`~prover_core.progress.Progress` as verification's rounds of policy
+    calls move on, as each continuation ends and as each eligible group finishes (``event.kind``).
+    Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
     :class:`~prover_core.errors.ProtocolError` on objects that miss their protocol.
     """
     return run_sync(

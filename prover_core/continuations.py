@@ -319,6 +319,27 @@ def _takes_replay(fn: Callable[..., object]) -> bool:
     return any(p.name == "replay" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+class _Counted:
+    """A continuer that calls ``on_end()`` as each of its continuations ends; as metered as the one it wraps."""
+
+    def __init__(self, continuer: Continuer, on_end: Callable[[], None]) -> None:
+        self.continuer, self.on_end = continuer, on_end
+        self.metered = metered(continuer)
+
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        try:
+            if replay:  # passed on only when set, as verification does: a user's executor may not take it
+                return await self.continuer(trajectory, turn, seed, replay=replay)
+            return await self.continuer(trajectory, turn, seed)
+        finally:
+            self.on_end()
+
+
+def counted(continuer: Continuer, on_end: Callable[[], None]) -> Continuer:
+    """``continuer``, calling ``on_end()`` as each continuation ends (finished, failed or stopped)."""
+    return _Counted(continuer, on_end)
+
+
 def usage_error(error: BaseException) -> UsageError | None:
     """``error`` as the programming error it reveals (raised, never counted), or ``None``."""
     if isinstance(error, UsageError):
@@ -343,6 +364,7 @@ def metered(continuer: Continuer) -> bool:
 __all__ = [
     "Continuer",
     "Metered",
+    "counted",
     "env_continuer",
     "failure_kind",
     "hook_continuer",
