@@ -42,7 +42,7 @@ def test_the_readme_cost_figures_are_what_the_demo_prints(
     )
     assert printed
     assert (said[1], said[2], said[3]) == (printed[2], printed[1], printed[3])
-    first_screen = re.search(r"and (\d+)% more policy turns in `prover demo`", README)
+    first_screen = re.search(r"(\d+)% more than the batch's rollout in `prover demo`", README)
     assert first_screen, "the README's bottom line changed: update this test with it"
     assert int(first_screen[1]) == round(float(printed[2]))
 
