@@ -79,17 +79,27 @@ class BonusResult:
     """Per-turn ProVer bonus of each trajectory (zeros except on accepted segments)."""
     report: Report
 
+    def _known(self, trajectory_id: str) -> Trajectory:
+        """The trajectory with this id, or a ``KeyError`` that says which ids the batch has."""
+        try:
+            return self.trajectories[trajectory_id]
+        except (KeyError, TypeError):
+            ids = list(self.trajectories)
+            shown = ", ".join(map(repr, ids[:5])) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
+            raise KeyError(f"no trajectory {trajectory_id!r} in this batch; its ids are {shown}") from None
+
     def turn_advantages(self, trajectory_id: str) -> NDArray[np.float64]:
         """``A_GRPO + bonus_t`` for every turn ``t``."""
+        self._known(trajectory_id)
         return self.advantages[trajectory_id] + self.turn_bonus[trajectory_id]
 
     def token_bonus(self, trajectory_id: str, length: int) -> NDArray[np.float64]:
         """The bonus on each of ``length`` token positions (0 outside the turns' token spans)."""
-        return spread_to_tokens(self.trajectories[trajectory_id], self.turn_bonus[trajectory_id], length)
+        return spread_to_tokens(self._known(trajectory_id), self.turn_bonus[trajectory_id], length)
 
     def token_advantages(self, trajectory_id: str, length: int) -> NDArray[np.float64]:
         """``A_GRPO + bonus_t`` on the action tokens of turn ``t``; 0 on every other position."""
-        return spread_to_tokens(self.trajectories[trajectory_id], self.turn_advantages(trajectory_id), length)
+        return spread_to_tokens(self._known(trajectory_id), self.turn_advantages(trajectory_id), length)
 
     def bonus_matrix(self, trajectory_ids: Sequence[str], length: int) -> NDArray[np.float64]:
         """A ``(B, length)`` bonus, one row per id in the host's row order."""

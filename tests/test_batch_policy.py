@@ -204,3 +204,14 @@ def test_ten_calls_whose_environment_hangs_hold_a_bounded_number_of_threads() ->
     while blocked_threads() and time.monotonic() < deadline:  # once the gate opens, the threads end
         time.sleep(0.05)
     assert blocked_threads() == 0
+
+
+def test_an_unknown_trajectory_id_is_a_key_error_that_names_the_batchs_ids() -> None:
+    result = run(vault_policy())
+    asks = [lambda: result.token_advantages("nope", 10), lambda: result.turn_advantages("nope")]
+    asks += [lambda: result.token_bonus("nope", 10), lambda: result.bonus_matrix(["g00-0", "nope"], 1000)]
+    for ask in asks:
+        with pytest.raises(KeyError, match=r"no trajectory 'nope' in this batch; its ids are 'g00-0', 'g00-1', "):
+            ask()
+    with pytest.raises(KeyError, match=r"\(64 in all\)"):
+        result.token_advantages("nope", 10)
