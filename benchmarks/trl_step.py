@@ -36,10 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# transformers 5 deprecates names that TRL itself calls: nothing to act on here, so not shown
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
