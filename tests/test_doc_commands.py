@@ -34,7 +34,7 @@ RUN_ALL = os.environ.get("PROVER_DOC_COMMANDS") == "all"
 
 
 def uv() -> str | None:
-    local = ROOT / ".venv" / "uv" / "bin" / "uv"
+    local = ROOT / ".venvs" / "uv" / "bin" / "uv"
     return shutil.which("uv") or (str(local) if local.exists() else None)
 
 
@@ -99,7 +99,7 @@ def need_uv() -> str:
     found = uv()
     if found is None:
         if os.environ.get("PROVER_REQUIRE_HOSTS") == "1":
-            pytest.fail("uv is needed to run the docs' commands (scripts/test bootstraps it into .venv/uv)")
+            pytest.fail("uv is needed to run the docs' commands (scripts/test bootstraps it into .venvs/uv)")
         pytest.skip("uv not found")
     return found
 
@@ -160,10 +160,8 @@ def test_the_block_runs_as_written(block: Block, tmp_path: Path) -> None:
 
 def env_python(name: str) -> Path | None:
     """The Python of ``scripts/test``'s environment ``name`` (``core``, ``trl``, ...), if it has been built."""
-    for base in (ROOT / ".venvs", ROOT / ".venv"):
-        if (base / name / "bin" / "python").exists():
-            return base / name / "bin" / "python"
-    return None
+    python = ROOT / ".venvs" / name / "bin" / "python"
+    return python if python.exists() else None
 
 
 def printed_by(env: str, *command: str) -> str:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 # the examples whose imports the core environment has (the TRL/OpenRLHF ones are checked in their hosts' tests)
-CACHE = ROOT / ".venv" / "mypy-users-cache"  # reused across runs: the first takes a minute, later ones seconds
+CACHE = ROOT / ".venvs" / "mypy-users-cache"  # reused across runs: the first takes a minute, later ones seconds
 CORE_EXAMPLES = ["examples/custom_trainer.py", "examples/textworld_credit.py"]
 
 
