@@ -26,6 +26,7 @@ from prover_core.errors import (
     ReplayMismatchError,
     RestoreError,
     RolloutLimitError,
+    ThreadsExhaustedError,
     TokenRecordError,
     WorkerLostError,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "SnapshotEnv",
     "Step",
     "TokenEngine",
+    "ThreadsExhaustedError",
     "TokenRecordError",
     "TokenStore",
     "Trajectory",

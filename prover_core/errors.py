@@ -66,11 +66,6 @@ class ContinuationTimeoutError(ContinuationError):
     """A continuation ran past ``ProverConfig.continuation_timeout_s`` seconds of wall time."""
 
 
-class ThreadsExhaustedError(ContinuationError):
-    """Too many threads of synchronous user code abandoned at their time limit are still blocked: prover-core
-    refuses to start another until they end (``prover_core._aio.MAX_BLOCKED_THREADS``); the message names the call."""
-
-
 class EngineError(ContinuationError):
     """An inference engine failed to generate a continuation's action (refused, unreachable, garbage)."""
 
@@ -115,6 +110,12 @@ class InvalidOutcomeError(ContinuationError, ValueError):
 
 class JudgeTimeoutError(JudgeError):
     """A judge did not answer within ``ProverConfig.judge_timeout_s`` seconds."""
+
+
+class ThreadsExhaustedError(ProverError, RuntimeError):
+    """Too many threads of synchronous user code (an environment's continuations, a judge's ``propose``) abandoned at
+    their time limit are still blocked in one call: prover-core refuses to start another for it until they end
+    (``prover_core._aio.MAX_BLOCKED_THREADS``); the message names the call. Counted like any failure there."""
 
 
 class UsageError(ProverError):
