@@ -143,7 +143,7 @@ def render(run: DemoRun) -> str:
         f"{100 * m['extra_turn_share']:.1f}% of the batch's {r.report.rollout_turns} turns); "
         f"judge calls: {m['judge/propose_calls']:.0f}",
         f"Rounds of policy calls: verification {m['verify_policy_rounds']:.0f}, the rollout "
-        f"{m['rollout_policy_rounds']:.0f} (one act_batch call per round, all continuations together)",
+        f"{m['rollout_policy_rounds']:.0f} (act_batch: one call per round)",
         *render_skips(r.report),
     ]
     errors = []
