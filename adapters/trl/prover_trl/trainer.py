@@ -154,6 +154,7 @@ class ProverGRPOTrainer(GRPOTrainer):
         self._prover_generated: tuple[Any, ...] | None = None
         self._prover_rewards: torch.Tensor | None = None
         self._prover_calls = 0
+        self._policy_built_with: dict[str, Any] | None = None  # the options the trainer's own policy was built with
         setup = self.prover
         self.prover_verify_on: VerifyOn = setup.verify_on
         if setup.verify_on == "auto":
@@ -166,7 +167,6 @@ class ProverGRPOTrainer(GRPOTrainer):
             return
         if setup.env is None:
             raise ValueError("ProverSetup needs env (a RestorableEnv, e.g. prover_core.ReplayEnv) or continue_from")
-        self._policy_built_with: dict[str, Any] | None = None
         if setup.policy is None:
             self.prover_policy = self._default_policy()
             self._policy_built_with = self._policy_options()
