@@ -74,7 +74,7 @@ start 30 s (cached per seed and variant under ``--cache``), an optimizer step 0.
 sampler's token loop dominates, so G' = 6 costs about what G = 4 does), an evaluation of 256 episodes 4 s. A
 regime: 8 starts and 48 runs of 40 steps (about 32 s each), 2 workers: about 15 minutes, and 4-5 more if the
 grid is widened. A calibration: 16 runs, about 5 minutes. ``scripts/gpu-llm-regime`` runs the same with many
-more seeds in 16 processes within 8 minutes on a lent GPU machine (its CPU cores: the model is too small for
+more seeds in 16 processes within 8 minutes on a 16-core machine (its CPU cores: the model is too small for
 the GPU to help); ``--smoke`` is its test.
 
 Note, 2026-12-04, after the calibrations of (local, adam) and (marked, adam) and before any regime's check ran
@@ -156,7 +156,7 @@ stability. Eight seeds cannot size a rare event, so:
 * If R12 passes, the ProVer comparison designed in docs/benchmarks.md ("ProVer in the regime: design") runs there
   with one registered change for this machine's time: a budget of 45 minutes (``--budget 2700``), reporting the
   seeds that finished in every cell (seeds in order from 8); fewer than 8 seeds would be reported as too few to
-  decide. ``scripts/gpu-llm-regime`` runs R12's check on 32 further seeds (32-63) where a GPU machine is lent.
+  decide. ``scripts/gpu-llm-regime`` runs R12's check on 32 further seeds (32-63) on a 16-core machine.
 * R8 and R10 keep their place after it.
 
 Note, 2026-12-04, after R12, R8 and R10 (all fail) and before any other regime ran

@@ -36,10 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# transformers 5 deprecates names that TRL itself calls: nothing to act on here, so not shown
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -460,17 +464,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs += [(size, "prover", True) for size in opts.size.split(",") if opts.profile]
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
-        for size, arm, profile in runs:
+        for i, (size, arm, profile) in enumerate(runs):
             if opts.budget is not None and time.perf_counter() - began > opts.budget:
                 print(f"budget of {opts.budget:.0f} s spent: {size} {arm} not run", file=sys.stderr)
                 continue
+            name = f"{size} {arm}{' (profiled)' * profile}"
+            print(f"[{i + 1}/{len(runs)}] {name}: {opts.steps} steps ...", file=sys.stderr, flush=True)
             path = Path(scratch) / f"{size}-{arm}-{profile}.json"
             command = [sys.executable, __file__, "--arm", arm, "--size", size, "--steps", str(opts.steps)]
             command += ["--device", opts.device, "--seed", str(opts.seed), "--lr", str(opts.lr), "--json", str(path)]
             started = time.perf_counter()
-            subprocess.run(command + ["--profile"] * profile, check=True, cwd=ROOT)
+            # the child's own output (TRL's per-step log dicts, transformers' warnings) is shown only if it fails
+            child = subprocess.run(command + ["--profile"] * profile, cwd=ROOT, capture_output=True, text=True)
+            if child.returncode != 0:
+                print(child.stdout[-5000:], child.stderr[-5000:], sep="\n", file=sys.stderr)
+                raise subprocess.CalledProcessError(child.returncode, command)
             (profiled if profile else results).append(json.loads(path.read_text()))
-            print(f"{size} {arm}{' (profiled)' * profile}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            print(f"[{i + 1}/{len(runs)}] {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     text = "\n".join([table(results), "", *verdicts(results)])
     if profiled:
         text += "\n\n" + profile_table(profiled)

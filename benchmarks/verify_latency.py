@@ -10,7 +10,9 @@ every batch); what differs is what they spend. The policy is the environment's t
 calls (the ``Batcher``'s calls, equal to ``prover/verify_policy_rounds``) against the rollout's (its longest
 episode), and the policy turns spent, as ratios of the ``wait`` schedule's (the issue's yardstick: one round
 at no more than +10% of its policy turns). Environments: the demo's vault, the judge harness's corridors, luck
-corridors and gymnasium tables (``--held-out``: its held-out designs), 16 groups of 8, K = 4.
+corridors and gymnasium tables (``--held-out``: its held-out designs), 16 groups of 8, K = 4. Without gymnasium
+its tables are left out, and the output and its headline say so. Progress goes to stderr, a line per environment
+and judge.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import argparse
 import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,11 +57,16 @@ class Batched:
         return await self.batcher.submit(context)
 
 
-def environments(held_out: bool) -> list[tuple[str, Any, Policy]]:
-    """``(name, mdp, policy)``: the vault, then the judge harness's tabular designs (without nonce observations)."""
+def environments(held_out: bool, left_out: list[str] | None = None) -> list[tuple[str, Any, Policy]]:
+    """``(name, mdp, policy)``: the vault, then the judge harness's tabular designs (without nonce observations);
+    the names of those left out for a missing optional dependency are appended to ``left_out``."""
     out: list[tuple[str, Any, Policy]] = [] if held_out else [("vault (the demo)", VaultMDP(), vault_policy())]
     for env in tabular_envs(held_out):
-        if env.nonce or not _available(env):
+        if env.nonce:
+            continue
+        if not _available(env):
+            if left_out is not None:
+                left_out.append(env.name)
             continue
         mdp = env.make()
         c = compile_mdp(mdp)
@@ -93,10 +100,15 @@ def batch_of(mdp: Any, policy: Policy, seed: int, name: str, groups: int = 16, s
     ]
 
 
-def measure(seeds: int, held_out: bool) -> list[dict[str, Any]]:
+def measure(seeds: int, held_out: bool, left_out: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
-    for name, mdp, policy in environments(held_out):
-        for judge_name, make_judge in JUDGES.items():
+    envs = environments(held_out, left_out)
+    began = time.perf_counter()
+    for e, (name, mdp, policy) in enumerate(envs):
+        for j, (judge_name, make_judge) in enumerate(JUDGES.items()):
+            step = f"[{e * len(JUDGES) + j + 1}/{len(envs) * len(JUDGES)}]"
+            elapsed = f"{time.perf_counter() - began:.0f} s"
+            print(f"{step} {name}, {judge_name} judge: {seeds} batches ({elapsed})", file=sys.stderr, flush=True)
             totals: dict[str, dict[str, float]] = {
                 s: dict.fromkeys(("calls", "turns", "spent"), 0.0) for s in SCHEDULES
             }
@@ -127,7 +139,7 @@ def measure(seeds: int, held_out: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], left_out: Sequence[str] = ()) -> str:
     lines = [
         "| environment | judge | groups verified | rounds: rollout | all at once | overlap | wait | "
         "policy turns: wait | overlap / wait | all at once / wait |",
@@ -144,10 +156,16 @@ def table(rows: list[dict[str, Any]]) -> str:
     over = [f"{r['env']} ({r['judge']})" for r in rows if r["wait/turns"] and r["overlap (default)/turns"] >
             1.1 * r["wait/turns"]]  # fmt: skip
     within = all(r["overlap (default)/calls"] <= r["rollout"] + 1 for r in rows)
+    partial = (
+        f" (PARTIAL: {len(left_out)} environments left out, gymnasium is not installed: {', '.join(left_out)}; "
+        "pip install gymnasium for the whole table)"
+        if left_out
+        else ""
+    )
     lines += [
         "",
         f"overlap / wait policy turns: median {np.median(ratios):.3f}, max {ratios.max():.3f}; over +10% in "
-        f"{len(over)} of {len(ratios)} rows" + (f": {', '.join(over)}" if over else ""),
+        f"{len(over)} of {len(ratios)} rows" + (f": {', '.join(over)}" if over else "") + partial,
         f"overlap within the rollout's rounds + 1 (mean per batch) in every row: {'yes' if within else 'no'}",
     ]
     return "\n".join(lines)
@@ -158,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="batches per environment and judge (default 3)")
     parser.add_argument("--held-out", action="store_true", help="the judge harness's held-out designs")
     opts = parser.parse_args(argv)
-    began = time.perf_counter()
-    print(table(measure(opts.seeds, opts.held_out)))
+    began, left_out = time.perf_counter(), list[str]()
+    rows = measure(opts.seeds, opts.held_out, left_out)
+    print(table(rows, left_out))
     print(f"({time.perf_counter() - began:.0f} s)")
     return 0
 

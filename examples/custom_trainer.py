@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from prover_core import ChoiceJudge, ProverConfig, SnapshotEnv, compute_bonus
-from prover_core.demo import MDPEnv, VaultMDP, vault_policy
+from prover_core.demo import MDPEnv, VaultBatchPolicy, VaultMDP
 from prover_core.demo.run import rollout_batch
 
 
@@ -23,7 +23,7 @@ def trainer_step(step: int) -> dict[str, float]:
         episodes,
         judge=ChoiceJudge(),
         env=SnapshotEnv(lambda: MDPEnv(mdp)),  # restores any turn by replay + copy
-        policy=vault_policy(),  # the *current* policy
+        policy=VaultBatchPolicy(),  # the *current* policy: act_batch(contexts), one call per round
         config=ProverConfig(k=4, lam=1.0, seed=step),  # k=4: the library default (the paper: 8)
     )
     # (B, T) advantages for the loss: GRPO + bonus on action tokens, 0 on environment tokens.

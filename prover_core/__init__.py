@@ -37,6 +37,7 @@ from prover_core.errors import (
     ResourceError,
     RestoreError,
     RolloutLimitError,
+    ThreadsExhaustedError,
     TokenRecordError,
     UsageError,
     WorkerLostError,
@@ -46,6 +47,7 @@ from prover_core.grpo import group_advantages, grpo_advantages
 from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, FirstOf, RandomJudge, default_judge
 from prover_core.progress import Progress
 from prover_core.protocols import (
+    BatchPolicy,
     ContinueFn,
     Episode,
     FunctionPolicy,
@@ -65,6 +67,7 @@ from prover_core.view import TrajectoryCredit, TurnCredit, credit_view, plot_cre
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchPolicy",
     "AnchorJudge",
     "AnswerTooLargeError",
     "BonusResult",
@@ -128,6 +131,7 @@ __all__ = [
     "SnapshotEnv",
     "Step",
     "TokenEngine",
+    "ThreadsExhaustedError",
     "TokenRecordError",
     "TokenStore",
     "Trajectory",

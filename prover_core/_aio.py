@@ -11,7 +11,20 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from prover_core.errors import ThreadsExhaustedError
+
 T = TypeVar("T")
+
+MAX_BLOCKED_THREADS = 32
+"""How many threads abandoned at their time limit, still blocked in one call of user code (one name: an
+environment's continuations, a judge's ``propose``), the process tolerates: past it, :func:`in_thread` refuses to
+start another for that call (:class:`~prover_core.errors.ThreadsExhaustedError`, naming it) until some end. So an
+environment whose calls hang holds at most this many threads, plus those of the one call that found them blocked,
+however many steps call it."""
+
+_blocked: dict[object, str] = {}
+"""The abandoned threads still running, each with the call it is blocked in."""
+_blocked_lock = threading.Lock()
 
 
 async def resolve(value: Any) -> Any:
@@ -35,7 +48,13 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+def blocked_threads() -> int:
+    """How many threads of user code abandoned at their time limit are still running (every call together)."""
+    with _blocked_lock:
+        return len(_blocked)
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any, label: str | None = None) -> Any:
     """``fn(*args)`` in a daemon thread of its own; its result is then resolved on this loop.
 
     The awaiting task can time out while ``fn`` blocks: the thread is then abandoned (it cannot be
@@ -46,9 +65,23 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     of user code under a time limit goes through here. A ``BaseException`` that is not an
     ``Exception`` (``KeyboardInterrupt``, ``SystemExit``, a user's own) raised by ``fn`` reaches the
     caller as a ``RuntimeError`` (:func:`escaped`) instead of silently ending the thread.
+
+    Abandoned threads are bounded: while :data:`MAX_BLOCKED_THREADS` of them are still blocked in the same call
+    (``label``, default ``fn``'s name), this raises :class:`~prover_core.errors.ThreadsExhaustedError` naming it
+    instead of starting another.
     """
+    name: str = label or str(getattr(fn, "__qualname__", type(fn).__name__))
+    with _blocked_lock:
+        blocked = sum(held == name for held in _blocked.values())
+    if blocked >= MAX_BLOCKED_THREADS:
+        raise ThreadsExhaustedError(
+            f"{blocked} threads abandoned at their time limit are still blocked in {name}; no more are started "
+            f"for it until they end (MAX_BLOCKED_THREADS = {MAX_BLOCKED_THREADS}). A call that can hang needs a "
+            "time limit of its own, or RayExecutor, which kills the worker"
+        )
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
+    key, ended = object(), threading.Event()
 
     def settle(ok: bool, value: Any) -> None:
         if not future.done():
@@ -59,12 +92,22 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
             ok, value = True, fn(*args)
         except BaseException as exc:  # whatever ends the thread must reach the caller
             ok, value = False, exc if isinstance(exc, Exception) else escaped(exc)
+        with _blocked_lock:
+            ended.set()
+            _blocked.pop(key, None)
         with contextlib.suppress(RuntimeError):  # the loop closed: the caller gave up long ago
             loop.call_soon_threadsafe(settle, ok, value)
 
     context = contextvars.copy_context()  # as asyncio.to_thread: the thread sees the caller's context variables
     threading.Thread(target=context.run, args=(work,), name="prover-user-code", daemon=True).start()
-    return await resolve(await future)
+    try:
+        answer = await future
+    except asyncio.CancelledError:  # a time limit gave up on it: counted until it ends
+        with _blocked_lock:
+            if not ended.is_set():
+                _blocked[key] = name
+        raise
+    return await resolve(answer)
 
 
 def escaped(error: BaseException) -> RuntimeError:

@@ -16,8 +16,9 @@ adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that seg
 
 Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): a line per finished eligible
 group and a summary line per call at INFO, and each group's trigger, proposal and verification at DEBUG
-as they happen; ``progress=fn`` also hands each finished group to ``fn`` (a host's progress bar), see
-:mod:`prover_core.progress`. The wall time of each stage is in ``Report.timings``.
+as they happen; ``progress=fn`` also hands ``fn`` (a host's progress bar) an event as each round of policy calls,
+each continuation and each group ends, see :mod:`prover_core.progress`. The wall time of each stage is in
+``Report.timings``.
 
 Programming errors are not skips: an object that misses its protocol (a function as the policy,
 ``judge=None``, a plain environment as ``env``) raises :class:`~prover_core.errors.ProtocolError`
@@ -31,11 +32,12 @@ when every eligible group of a call is skipped (logger ``prover_core``).
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -47,15 +49,14 @@ from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
-from prover_core.continuations import Continuer, env_continuer, hook_continuer, usage_error
+from prover_core.continuations import Continuer, counted, make_continuer, usage_error
 from prover_core.credit import segment_bonus, spread_to_tokens
 from prover_core.data import Decline, Proposal, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
-from prover_core.pairing import paired
-from prover_core.progress import Progress, ProgressFn, StageClock, format_progress
+from prover_core.progress import Progress, ProgressFn, ProgressKind, ProgressLog, StageClock, format_progress
 from prover_core.propose import propose
-from prover_core.protocols import ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, as_policy
+from prover_core.protocols import BatchPolicy, ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, described, require
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.restore import SnapshotEnv
 from prover_core.trigger import longest_failure, representative, trigger
@@ -78,17 +79,27 @@ class BonusResult:
     """Per-turn ProVer bonus of each trajectory (zeros except on accepted segments)."""
     report: Report
 
+    def _known(self, trajectory_id: str) -> Trajectory:
+        """The trajectory with this id, or a ``KeyError`` that says which ids the batch has."""
+        try:
+            return self.trajectories[trajectory_id]
+        except (KeyError, TypeError):
+            ids = list(self.trajectories)
+            shown = ", ".join(map(repr, ids[:5])) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
+            raise KeyError(f"no trajectory {trajectory_id!r} in this batch; its ids are {shown}") from None
+
     def turn_advantages(self, trajectory_id: str) -> NDArray[np.float64]:
         """``A_GRPO + bonus_t`` for every turn ``t``."""
+        self._known(trajectory_id)
         return self.advantages[trajectory_id] + self.turn_bonus[trajectory_id]
 
     def token_bonus(self, trajectory_id: str, length: int) -> NDArray[np.float64]:
         """The bonus on each of ``length`` token positions (0 outside the turns' token spans)."""
-        return spread_to_tokens(self.trajectories[trajectory_id], self.turn_bonus[trajectory_id], length)
+        return spread_to_tokens(self._known(trajectory_id), self.turn_bonus[trajectory_id], length)
 
     def token_advantages(self, trajectory_id: str, length: int) -> NDArray[np.float64]:
         """``A_GRPO + bonus_t`` on the action tokens of turn ``t``; 0 on every other position."""
-        return spread_to_tokens(self.trajectories[trajectory_id], self.turn_advantages(trajectory_id), length)
+        return spread_to_tokens(self._known(trajectory_id), self.turn_advantages(trajectory_id), length)
 
     def bonus_matrix(self, trajectory_ids: Sequence[str], length: int) -> NDArray[np.float64]:
         """A ``(B, length)`` bonus, one row per id in the host's row order."""
@@ -111,84 +122,6 @@ def group_batch(trajectories: Iterable[Trajectory | Mapping[str, Any]]) -> dict[
     for t in items:
         groups.setdefault(t.group_id, []).append(t)
     return groups
-
-
-def _described(value: object) -> str:
-    if value is None:
-        return "None"
-    if callable(value) and not hasattr(value, "__self__") and hasattr(value, "__code__"):
-        return f"the function {getattr(value, '__qualname__', value)!r}"
-    return f"a {type(value).__name__}"
-
-
-def check_protocol(value: object, name: str, method: str, signature: str, hint: str = "") -> None:
-    """Raise :class:`ProtocolError` unless ``value`` has a callable ``method``."""
-    if not callable(getattr(value, method, None)):
-        raise ProtocolError(
-            f"{name} must be an object with a method {method}({signature}); got {_described(value)}"
-            + (hint and f". {hint}")
-        )
-
-
-def _check_env(env: object) -> None:
-    plain = callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
-    hint = "It looks like a plain environment (reset/step): pass ReplayEnv(make_env) or SnapshotEnv(make_env)"
-    check_protocol(env, "env", "restore", "trajectory, turn, seed", hint if plain else "")
-
-
-def _continuer(
-    env: RestorableEnv | None,
-    policy: Policy | PolicyFn | None,
-    continue_from: ContinueFn | None,
-    config: ProverConfig,
-    executor: Continuer | None = None,
-) -> Continuer:
-    threaded = config.continuation_timeout_s is not None  # so that the time limit holds over blocking code
-    if executor is not None:
-        if env is not None or policy is not None or continue_from is not None:
-            raise ValueError("give executor alone, without env, policy or continue_from")
-        if not callable(executor):
-            raise ProtocolError(
-                f"executor must be callable as executor(trajectory, turn, seed); got {_described(executor)}"
-            )
-        if config.delta_of == "choices" and not _takes_replay(executor):
-            raise ProtocolError(
-                "delta_of='choices' needs executor(trajectory, turn, seed, replay=0) (LocalExecutor and RayExecutor "
-                "take it): with replay=n the continuation takes the recorded actions of turns turn .. turn+n-1 "
-                "again while on the recorded path"
-            )
-        return executor
-    if continue_from is not None:
-        if env is not None or policy is not None:
-            raise ValueError("give either continue_from or env and policy, not both")
-        if not callable(continue_from):
-            raise ProtocolError(
-                f"continue_from must be callable as continue_from(trajectory, turn, seed); "
-                f"got {_described(continue_from)}"
-            )
-        if config.delta_of == "choices" and not _takes_replay(continue_from):
-            raise ProtocolError(
-                "delta_of='choices' needs continue_from(trajectory, turn, seed, replay=0): with replay=n it must take "
-                "the recorded actions of turns turn .. turn+n-1 again (fresh transitions) while the run stays on the "
-                "recorded path, then let the policy act"
-            )
-        return hook_continuer(continue_from, threaded)
-    if env is None or policy is None:
-        raise ValueError("compute_bonus needs env and policy, or continue_from")
-    _check_env(env)
-    acting = as_policy(policy)  # a plain function act(context) -> action is a policy too
-    check_protocol(acting, "policy", "act", "context", "or pass a function act(context) -> action")
-    env, acting = paired(config.pairing, env, acting)
-    return env_continuer(env, acting, config.max_continuation_turns, threaded)
-
-
-def _takes_replay(fn: Callable[..., object]) -> bool:
-    """Whether ``fn`` accepts a ``replay`` keyword (or any keyword)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "replay" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]:
@@ -314,7 +247,7 @@ async def acompute_bonus(
     *,
     judge: Judge,
     env: RestorableEnv | None = None,
-    policy: Policy | PolicyFn | None = None,
+    policy: Policy | BatchPolicy | PolicyFn | None = None,
     continue_from: ContinueFn | None = None,
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
@@ -328,10 +261,19 @@ async def acompute_bonus(
     """
     started = time.perf_counter()
     config = config or ProverConfig()
-    check_protocol(judge, "judge", "propose", "success, failures, rules")
-    if progress is not None and not callable(progress):
-        raise ProtocolError(f"progress must be callable as progress(event); got {_described(progress)}")
-    continuer = _continuer(env, policy, continue_from, config, executor)
+    require(judge, "judge", Judge, "propose(success, failures, rules)")
+    if progress is not None and (isinstance(progress, type) or not callable(progress)):
+        raise ProtocolError(f"progress must be callable as progress(event); got {described(progress)}")
+    continuer = make_continuer(
+        env,
+        policy,
+        continue_from,
+        executor,
+        max_turns=config.max_continuation_turns,
+        threaded=config.continuation_timeout_s is not None,  # so that the time limit holds over blocking code
+        pairing=config.pairing,
+        replay=config.delta_of == "choices",
+    )
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
             cache.clear()
@@ -348,31 +290,28 @@ async def acompute_bonus(
     cases = [_Case(gid, groups[gid], direction) for gid, direction in eligible]
     if logger.isEnabledFor(logging.DEBUG):
         _log_trigger(groups, dict(eligible), records)
-    stages, finished, gathered_at = StageClock(), 0, time.perf_counter()
-
-    def done(record: GroupRecord) -> None:
-        nonlocal finished
-        finished += 1
-        _report_progress(Progress(finished, len(cases), record, time.perf_counter() - started), progress)
+    stages, gathered_at = StageClock(), time.perf_counter()
+    tally = _Tally(len(cases), started, progress)
+    continuer = counted(continuer, tally.continuation_ended)
 
     async def judged(case: _Case) -> GroupRecord | Proposal:
         answer = await _propose_case(case, judge, config, stages)
         if isinstance(answer, GroupRecord):
             records[case.group_id] = answer
-            done(answer)
+            tally.group_finished(answer)
         return answer
 
     # 2. Propose: every eligible group's judge at once
     answers = await asyncio.gather(*(judged(case) for case in cases))
     proposed = [(case, answer) for case, answer in zip(cases, answers, strict=True) if isinstance(answer, Proposal)]
-    limit, rounds = asyncio.Semaphore(config.max_concurrency), PolicyClock()
+    limit, rounds = asyncio.Semaphore(config.max_concurrency), tally.clock
 
     async def verified(case: _Case, answer: Proposal) -> None:
         record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds))
         records[case.group_id] = record
         if credit is not None:  # 4. Credit
             turn_bonus[credit[0]] = credit[1]
-        done(record)
+        tally.group_finished(record)
 
     # 3. Verify: every proposed segment together, so that each round of policy calls serves them all
     await asyncio.gather(*(verified(case, answer) for case, answer in proposed))
@@ -424,17 +363,46 @@ def _log_trigger(
         logger.debug("group %s: success rate %d/%d, %s", gid, sum(t.success for t in members), len(members), verdict)
 
 
-def _report_progress(event: Progress, progress: ProgressFn | None) -> None:
-    """Log ``event`` at INFO and hand it to the host's ``progress`` callback; a callback that raises is
-    logged (with its traceback) and does not stop the step."""
-    if logger.isEnabledFor(logging.INFO):
-        logger.info(format_progress(event))
-    if progress is None:
-        return
-    try:
-        progress(event)
-    except Exception:
-        logger.warning("the progress callback %r raised; the step goes on", progress, exc_info=True)
+class _Tally:
+    """A call's progress: groups finished, continuations ended, verification's rounds (its :class:`PolicyClock`);
+    each change becomes a :class:`Progress` event for the log and the host's ``progress`` callback, on the event
+    loop's thread (a round moved in a worker thread is handed over)."""
+
+    def __init__(self, total: int, started: float, progress: ProgressFn | None) -> None:
+        self.total, self.started, self.progress = total, started, progress
+        self.groups = self.continuations = self.failures = 0
+        self.clock = PolicyClock(self._round)
+        self.log = ProgressLog()
+        self.loop, self.thread = asyncio.get_running_loop(), threading.get_ident()
+
+    def group_finished(self, record: GroupRecord) -> None:
+        self.groups += 1
+        self._emit("group", record)
+
+    def continuation_ended(self) -> None:
+        self.continuations += 1
+        self._emit("continuation")
+
+    def _round(self, _now: int) -> None:
+        if threading.get_ident() == self.thread:
+            self._emit("round")
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening
+                self.loop.call_soon_threadsafe(self._emit, "round")
+
+    def _emit(self, kind: ProgressKind, record: GroupRecord | None = None) -> None:
+        seconds = time.perf_counter() - self.started
+        event = Progress(self.groups, self.total, record, seconds, kind, self.continuations, self.clock.now)
+        if logger.isEnabledFor(logging.INFO) and self.log.wants(event):
+            logger.info(format_progress(event))
+        if self.progress is None:
+            return
+        try:
+            self.progress(event)
+        except Exception:
+            self.failures += 1
+            if self.failures == 1:  # once per call: it is called again for every event
+                logger.warning("the progress callback %r raised; the step goes on", self.progress, exc_info=True)
 
 
 def _summary(report: Report, seconds: float) -> str:
@@ -506,7 +474,7 @@ def compute_bonus(
     *,
     judge: Judge,
     env: RestorableEnv | None = None,
-    policy: Policy | PolicyFn | None = None,
+    policy: Policy | BatchPolicy | PolicyFn | None = None,
     continue_from: ContinueFn | None = None,
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
@@ -514,14 +482,15 @@ def compute_bonus(
 ) -> BonusResult:
     """Propose, Verify, Credit over a batch of grouped trajectories.
 
-    Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`Policy`, or a plain
-    function ``act(context) -> action``), or the
+    Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`BatchPolicy`, served one
+    ``act_batch`` call per round; a :class:`Policy`; or a plain function ``act(context) -> action``), or the
     low-level ``continue_from(trajectory, turn, seed)``, or an ``executor`` from
     :mod:`prover_core.executors` (e.g. a ``RayExecutor``) that runs continuations elsewhere.
     Safe to call from inside a running event loop, except with async objects bound to that loop
     (:class:`~prover_core.errors.EventLoopError`: use ``await acompute_bonus(...)`` there).
-    ``progress(event)`` is called with a :class:`~prover_core.progress.Progress` as each eligible group
-    finishes. Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
+    ``progress(event)`` is called with a :class:`~prover_core.progress.Progress` as verification's rounds of policy
+    calls move on, as each continuation ends and as each eligible group finishes (``event.kind``).
+    Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
     :class:`~prover_core.errors.ProtocolError` on objects that miss their protocol.
     """
     return run_sync(

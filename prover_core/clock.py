@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -24,17 +25,23 @@ class PolicyClock:
 
     Every continuation starts at the clock's current reading and moves it to ``start + turns`` as it takes
     turns: in lockstep, ``now`` is the number of policy calls one after another that verification has needed
-    so far. Thread-safe: continuations may run in threads.
+    so far. Thread-safe: continuations may run in threads. ``on_round(now)`` is called each time the reading
+    moves (in the thread that moved it), e.g. to report progress.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_round: Callable[[int], None] | None = None) -> None:
         self.now = 0
+        self.on_round = on_round
         self._lock = threading.Lock()
 
     def reach(self, round_: int) -> None:
         """A continuation has reached ``round_``."""
         with self._lock:
-            self.now = max(self.now, round_)
+            moved = round_ > self.now
+            if moved:
+                self.now = round_
+        if moved and self.on_round is not None:
+            self.on_round(round_)
 
 
 @dataclass

@@ -1,10 +1,14 @@
 """Running continuations: restore a recorded state, let the current policy act until the episode ends.
 
 A :data:`Continuer` is ``async (trajectory, turn, seed) -> Outcome``: one continuation from state ``s_turn``.
-:func:`env_continuer` builds one from a :class:`~prover_core.protocols.RestorableEnv` and a policy
-(:func:`run_continuation`, which ticks the continuation's :class:`~prover_core.clock.Meter` and stops when
+:func:`make_continuer` is the one place one is built from what the user passed, and its parts checked (for
+``compute_bonus`` and every executor): :func:`env_continuer` from a :class:`~prover_core.protocols.RestorableEnv` and
+a policy (:func:`run_continuation`, which ticks the continuation's :class:`~prover_core.clock.Meter` and stops when
 verification says so), :func:`hook_continuer` from the user's ``continue_from``; the executors
-(:mod:`prover_core.executors`) run them elsewhere. :mod:`prover_core.verify` decides with their outcomes.
+(:mod:`prover_core.executors`) run them elsewhere. A policy declaring
+:class:`~prover_core.protocols.BatchPolicy` is served by :class:`~prover_core.batching.BatchedPolicy` (one
+``act_batch`` per round). A continuer whose turns tick the meter declares it: :class:`Metered`.
+:mod:`prover_core.verify` decides with their outcomes.
 
 Failures are typed so that verification counts them by kind (:func:`failure_kind`): the turn limit
 :class:`~prover_core.errors.ContinuationLimitError`, the policy or environment raising
@@ -19,9 +23,10 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from prover_core._aio import call_user, in_thread, loop_mismatch
+from prover_core.batching import BatchedPolicy
 from prover_core.clock import METER
 from prover_core.data import Outcome, Trajectory, Turn
 from prover_core.errors import (
@@ -36,13 +41,37 @@ from prover_core.errors import (
     UsageError,
     WorkerLostError,
 )
-from prover_core.protocols import ContinueFn, Episode, Policy, PolicyContext, RestorableEnv, Step, policy_rng
+from prover_core.pairing import Pairing, paired
+from prover_core.protocols import (
+    BatchPolicy,
+    ContinueFn,
+    Episode,
+    Policy,
+    PolicyContext,
+    RestorableEnv,
+    Step,
+    as_policy,
+    described,
+    policy_rng,
+    require,
+)
 from prover_core.report import FailureKind
-from prover_core.restore import observations_equal
+from prover_core.restore import Env, observations_equal
 
 Continuer = Callable[..., Awaitable[Outcome]]
 """``async (trajectory, turn, seed) -> Outcome``: one continuation from state ``s_turn``. Under
 ``delta_of="choices"`` the post continuations are called with ``replay=n`` too (see :func:`run_continuation`)."""
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """A continuer that declares whether its turns run here through :func:`run_continuation`, ticking the running
+    continuation's :class:`~prover_core.clock.Meter` (so verification can stop it between turns): ``metered``.
+    A continuer that does not declare it (a user's executor) is not metered."""
+
+    metered: bool
+
+    def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Awaitable[Outcome]: ...
 
 
 def failure_kind(error: BaseException) -> FailureKind:
@@ -147,40 +176,59 @@ def _on_path(trajectory: Trajectory, turn: int, step: Step) -> bool:
     return observations_equal(trajectory.turns[turn].observation, step.observation)
 
 
+class _EnvContinuer:
+    """:func:`env_continuer`'s continuer: metered (it runs :func:`run_continuation` here)."""
+
+    metered = True
+
+    def __init__(self, env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool) -> None:
+        self.env, self.policy, self.max_turns, self.threaded = env, policy, max_turns, threaded
+        sync = not (inspect.iscoroutinefunction(env.restore) or inspect.iscoroutinefunction(policy.act))
+        self.whole = threaded and sync
+
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        if self.whole:
+            label = _label(self.env, self.policy)
+            outcome: Outcome = await in_thread(self._in_thread, trajectory, turn, seed, replay, label=label)
+            return outcome
+        return await run_continuation(
+            self.env, self.policy, trajectory, turn, seed, self.max_turns, self.threaded, replay
+        )
+
+    def _in_thread(self, trajectory: Trajectory, turn: int, seed: int, replay: int) -> Outcome:
+        """The whole continuation on an event loop of its own (in a thread of its own)."""
+        return asyncio.run(
+            run_continuation(self.env, self.policy, trajectory, turn, seed, self.max_turns, replay=replay)
+        )
+
+
+def _label(env: RestorableEnv, policy: Policy) -> str:
+    """What a thread running a whole continuation is blocked in, for an error message."""
+    return f"a continuation of {type(env).__name__} with {type(policy).__name__}"
+
+
 def env_continuer(env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool = False) -> Continuer:
-    """A :data:`Continuer` that restores ``env`` and runs ``policy`` in it.
+    """A :data:`Continuer` that restores ``env`` and runs ``policy`` in it (:class:`Metered`).
 
     With ``threaded``, a fully synchronous pair (``restore`` and ``act`` plain methods) runs each
     whole continuation in one thread on its own event loop; otherwise each synchronous call does.
     """
-    whole = threaded and not (inspect.iscoroutinefunction(env.restore) or inspect.iscoroutinefunction(policy.act))
-
-    async def go(trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
-        if whole:
-            outcome: Outcome = await in_thread(
-                asyncio.run, run_continuation(env, policy, trajectory, turn, seed, max_turns, replay=replay)
-            )
-            return outcome
-        return await run_continuation(env, policy, trajectory, turn, seed, max_turns, threaded, replay)
-
-    go.metered = True  # type: ignore[attr-defined]  # run_continuation ticks its Meter: it can be stopped (_curtailed)
-    return go
+    return _EnvContinuer(env, policy, max_turns, threaded)
 
 
-def hook_continuer(continue_from: ContinueFn, threaded: bool = False) -> Continuer:
-    """A :data:`Continuer` over the user's low-level ``continue_from(trajectory, turn, seed)``.
+class _HookContinuer:
+    """:func:`hook_continuer`'s continuer: not metered (the hook's turns are its own)."""
 
-    Its result must be a binary value or an :class:`Outcome`, else :class:`InvalidOutcomeError`.
-    ``replay=n`` is passed on only when it is not 0 (``delta_of="choices"``).
-    """
+    metered = False
 
-    async def go(trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+    def __init__(self, continue_from: ContinueFn, threaded: bool) -> None:
+        self.continue_from, self.threaded = continue_from, threaded
+
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        hook: Callable[..., Any] = self.continue_from
         if replay:
-            hook: Callable[..., Any] = continue_from
-            replaying = functools.partial(hook, replay=replay)
-            result = await call_user(replaying, trajectory, turn, seed, threaded=threaded)
-        else:
-            result = await call_user(continue_from, trajectory, turn, seed, threaded=threaded)
+            hook = functools.partial(hook, replay=replay)
+        result = await call_user(hook, trajectory, turn, seed, threaded=self.threaded)
         if isinstance(result, Outcome):
             return result
         try:
@@ -190,7 +238,106 @@ def hook_continuer(continue_from: ContinueFn, threaded: bool = False) -> Continu
                 f"invalid outcome: continue_from must return a bool or an Outcome, got {result!r}"
             ) from None
 
-    return go
+
+def hook_continuer(continue_from: ContinueFn, threaded: bool = False) -> Continuer:
+    """A :data:`Continuer` over the user's low-level ``continue_from(trajectory, turn, seed)``.
+
+    Its result must be a binary value or an :class:`Outcome`, else :class:`InvalidOutcomeError`.
+    ``replay=n`` is passed on only when it is not 0 (``delta_of="choices"``).
+    """
+    return _HookContinuer(continue_from, threaded)
+
+
+def make_continuer(
+    env: RestorableEnv | None = None,
+    policy: Policy | BatchPolicy | Callable[[PolicyContext], Any] | None = None,
+    continue_from: ContinueFn | None = None,
+    executor: Continuer | None = None,
+    *,
+    max_turns: int,
+    threaded: bool = False,
+    pairing: Pairing = "sequential",
+    replay: bool = False,
+) -> Continuer:
+    """The continuer for what the user passed: ``executor`` alone (it runs continuations itself),
+    ``continue_from`` alone, or ``env`` (a :class:`~prover_core.protocols.RestorableEnv`) and ``policy`` (a
+    :class:`~prover_core.protocols.BatchPolicy`, served one ``act_batch`` call per round; a
+    :class:`~prover_core.protocols.Policy`; or a function ``act(context) -> action``).
+
+    ``threaded``: synchronous user code runs in threads, so that a wall-time limit holds while it blocks.
+    ``pairing``: how continuations share randomness (:mod:`prover_core.pairing`). ``replay``: the continuer is called
+    with ``replay=n`` (``delta_of="choices"``), so a user's ``executor`` or ``continue_from`` must take it.
+    Raises ``ValueError`` on a wrong combination and :class:`~prover_core.errors.ProtocolError` on an object that
+    misses its protocol (a class where its instance belongs included), before anything runs.
+    """
+    if executor is not None:
+        if env is not None or policy is not None or continue_from is not None:
+            raise ValueError("give executor alone, without env, policy or continue_from")
+        _require_callable(executor, "executor", replay, "LocalExecutor and RayExecutor take it")
+        return executor
+    if continue_from is not None:
+        if env is not None or policy is not None:
+            raise ValueError("give either continue_from or env and policy, not both")
+        _require_callable(continue_from, "continue_from", replay, "")
+        return hook_continuer(continue_from, threaded)
+    if env is None or policy is None:
+        raise ValueError("continuations need env and policy, or continue_from")
+    plain = isinstance(env, Env) and not isinstance(env, type)
+    hint = "It looks like a plain environment (reset/step): pass ReplayEnv(make_env) or SnapshotEnv(make_env)"
+    require(env, "env", RestorableEnv, "restore(trajectory, turn, seed)", hint if plain else "")
+    acting: Policy
+    if isinstance(policy, BatchPolicy) and not isinstance(policy, type):
+        acting = BatchedPolicy(policy)
+    else:
+        acting = as_policy(policy)  # a plain function act(context) -> action is a policy too
+        require(
+            acting, "policy", Policy, "act(context) or act_batch(contexts)", "or pass a function act(context) -> action"
+        )
+    env, acting = paired(pairing, env, acting)
+    return env_continuer(env, acting, max_turns, threaded)
+
+
+def _require_callable(fn: object, name: str, replay: bool, who_takes_it: str) -> None:
+    """``fn`` must be callable as ``fn(trajectory, turn, seed)`` (and take ``replay=`` when ``replay``)."""
+    if isinstance(fn, type) or not callable(fn):
+        raise ProtocolError(f"{name} must be callable as {name}(trajectory, turn, seed); got {described(fn)}")
+    if replay and not _takes_replay(fn):
+        raise ProtocolError(
+            f"delta_of='choices' needs {name}(trajectory, turn, seed, replay=0)"
+            + (f" ({who_takes_it})" if who_takes_it else "")
+            + ": with replay=n it must take the recorded actions of turns turn .. turn+n-1 again (fresh "
+            "transitions) while the run stays on the recorded path, then let the policy act"
+        )
+
+
+def _takes_replay(fn: Callable[..., object]) -> bool:
+    """Whether ``fn`` accepts a ``replay`` keyword (or any keyword): a user's hook declares it in its signature."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "replay" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+class _Counted:
+    """A continuer that calls ``on_end()`` as each of its continuations ends; as metered as the one it wraps."""
+
+    def __init__(self, continuer: Continuer, on_end: Callable[[], None]) -> None:
+        self.continuer, self.on_end = continuer, on_end
+        self.metered = metered(continuer)
+
+    async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
+        try:
+            if replay:  # passed on only when set, as verification does: a user's executor may not take it
+                return await self.continuer(trajectory, turn, seed, replay=replay)
+            return await self.continuer(trajectory, turn, seed)
+        finally:
+            self.on_end()
+
+
+def counted(continuer: Continuer, on_end: Callable[[], None]) -> Continuer:
+    """``continuer``, calling ``on_end()`` as each continuation ends (finished, failed or stopped)."""
+    return _Counted(continuer, on_end)
 
 
 def usage_error(error: BaseException) -> UsageError | None:
@@ -209,15 +356,19 @@ def usage_error(error: BaseException) -> UsageError | None:
 
 def metered(continuer: Continuer) -> bool:
     """Whether ``continuer`` runs :func:`run_continuation` here, ticking a :class:`~prover_core.clock.Meter` that can
-    stop it (``env_continuer``, ``LocalExecutor`` with env and policy); not a hook or a remote executor."""
-    return bool(getattr(continuer, "metered", False))
+    stop it (``env_continuer``, ``LocalExecutor`` with env and policy); not a hook or a remote executor. Declared:
+    :class:`Metered`."""
+    return isinstance(continuer, Metered) and continuer.metered
 
 
 __all__ = [
     "Continuer",
+    "Metered",
+    "counted",
     "env_continuer",
     "failure_kind",
     "hook_continuer",
+    "make_continuer",
     "metered",
     "restore_episode",
     "run_continuation",

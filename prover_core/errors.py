@@ -7,6 +7,7 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
         InvalidBatchError [ValueError]
         InvalidSegmentError [ValueError]
         TokenRecordError [ValueError]
+        ThreadsExhaustedError [RuntimeError]
         AnswerTooLargeError
         JudgeError
             JudgeUnsupportedError
@@ -67,6 +68,7 @@ __all__ = [
     "ResourceError",
     "RestoreError",
     "RolloutLimitError",
+    "ThreadsExhaustedError",
     "TokenRecordError",
     "UsageError",
     "WorkerLostError",
@@ -192,6 +194,12 @@ class InvalidOutcomeError(ContinuationError, ValueError):
 
 class JudgeTimeoutError(JudgeError):
     """A judge did not answer within ``ProverConfig.judge_timeout_s`` seconds."""
+
+
+class ThreadsExhaustedError(ProverError, RuntimeError):
+    """Too many threads of synchronous user code (an environment's continuations, a judge's ``propose``) abandoned at
+    their time limit are still blocked in one call: prover-core refuses to start another for it until they end
+    (``prover_core._aio.MAX_BLOCKED_THREADS``); the message names the call. Counted like any failure there."""
 
 
 class UsageError(ProverError):

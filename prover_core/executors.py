@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prover_core._aio import in_thread
-from prover_core.continuations import Continuer, env_continuer, hook_continuer
+from prover_core.continuations import Continuer, make_continuer
 from prover_core.data import Outcome, Trajectory
 from prover_core.errors import (
     ContinuationError,
@@ -51,42 +51,12 @@ from prover_core.errors import (
     UsageError,
     WorkerLostError,
 )
-from prover_core.protocols import ContinueFn, Policy, RestorableEnv
+from prover_core.protocols import BatchPolicy, ContinueFn, Policy, RestorableEnv
 from prover_core.restore import LiveEpisode, SnapshotEnv, content_key
 
 RestorableEnvFactory = Callable[[], RestorableEnv]
-PolicyFactory = Callable[[], Policy]
+PolicyFactory = Callable[[], Policy | BatchPolicy]
 HookFactory = Callable[[], ContinueFn]
-
-
-def _make_continuer(
-    env: RestorableEnv | None,
-    policy: Policy | None,
-    continue_from: ContinueFn | None,
-    max_turns: int,
-    threaded: bool = False,
-) -> Continuer:
-    if continue_from is not None:
-        if env is not None or policy is not None:
-            raise ValueError("give either continue_from or env and policy, not both")
-        if not callable(continue_from):
-            raise ProtocolError(f"continue_from must be callable, got a {type(continue_from).__name__}")
-        return hook_continuer(continue_from, threaded)
-    if env is None or policy is None:
-        raise ValueError("an executor needs env and policy, or continue_from")
-    if not callable(getattr(env, "restore", None)):
-        plain = callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
-        raise ProtocolError(
-            f"env must have restore(trajectory, turn, seed); got a {type(env).__name__}"
-            + (
-                ": a plain environment (reset/step); wrap its factory: ReplayEnv(make_env) or SnapshotEnv(make_env)"
-                if plain
-                else ""
-            )
-        )
-    if not callable(getattr(policy, "act", None)):
-        raise ProtocolError(f"policy must have act(context); got a {type(policy).__name__}")
-    return env_continuer(env, policy, max_turns, threaded)
 
 
 def _run_to_end(continuer: Continuer, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
@@ -114,7 +84,7 @@ class LocalExecutor:
     def __init__(
         self,
         env: RestorableEnv | None = None,
-        policy: Policy | None = None,
+        policy: Policy | BatchPolicy | None = None,
         *,
         continue_from: ContinueFn | None = None,
         max_turns: int = 100,
@@ -124,12 +94,17 @@ class LocalExecutor:
         if threads < 0:
             raise ValueError("threads must be >= 0")
         threaded = timeout_s is not None and not threads
-        self._continuer = _make_continuer(env, policy, continue_from, max_turns, threaded)
+        self._continuer = make_continuer(env, policy, continue_from, max_turns=max_turns, threaded=threaded)
         self.metered = continue_from is None  # env + policy: run_continuation ticks the PolicyClock, in threads too
         self.timeout_s = timeout_s
         self.threads = threads
         self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         self._closed = False
+        self._label = "a continuation of " + (
+            f"continue_from {getattr(continue_from, '__qualname__', type(continue_from).__name__)}"
+            if continue_from is not None
+            else f"{type(env).__name__} with {type(policy).__name__}"
+        )
 
     def _slot(self) -> asyncio.Semaphore:
         """This event loop's limit of ``threads`` continuations in flight (one loop at a time)."""
@@ -145,7 +120,8 @@ class LocalExecutor:
         if not self.threads:
             return await self._limited(self._continuer(trajectory, turn, seed, replay=replay))
         async with self._slot():
-            return await self._limited(in_thread(_run_to_end, self._continuer, trajectory, turn, seed, replay))
+            running = in_thread(_run_to_end, self._continuer, trajectory, turn, seed, replay, label=self._label)
+            return await self._limited(running)
 
     async def _limited(self, call: Awaitable[Outcome]) -> Outcome:
         if self.timeout_s is None:
@@ -183,17 +159,20 @@ class _Worker:
     def __init__(self, factories: bytes, max_turns: int) -> None:
         self.setup_error: tuple[str, str] | None = None
         self.continuer: Continuer | None = None
-        self.policy: Policy | None = None
+        self.policy: Policy | BatchPolicy | None = None
         self.max_turns = max_turns
         try:
             make_env, make_policy, make_hook = pickle.loads(factories)
             self.env = make_env() if make_env is not None else None
             self.policy = make_policy() if make_policy is not None else None
             self.hook = make_hook() if make_hook is not None else None
-            if self.policy is not None and not callable(getattr(self.policy, "act", None)):
-                raise ProtocolError(f"make_policy built a {type(self.policy).__name__}, which has no act(context)")
+            if self.policy is not None and not isinstance(self.policy, Policy | BatchPolicy):
+                raise ProtocolError(
+                    f"make_policy built a {type(self.policy).__name__}, "
+                    "which has no act(context) or act_batch(contexts)"
+                )
             if self.hook is not None or self.env is not None:
-                self.continuer = _make_continuer(self.env, self.policy, self.hook, max_turns)
+                self.continuer = make_continuer(self.env, self.policy, self.hook, max_turns=max_turns)
         except Exception as exc:
             self.setup_error = (type(exc).__name__, f"the Ray worker's setup failed: {type(exc).__name__}: {exc}")
 
@@ -221,7 +200,7 @@ class _Worker:
             episode = pickle.loads(snapshot)
         except Exception as exc:
             return ("restore", type(exc).__name__, f"could not unpickle the snapshot: {exc}")
-        restored = env_continuer(_Restored(episode), self.policy, self.max_turns)
+        restored = make_continuer(_Restored(episode), self.policy, max_turns=self.max_turns)
         return _guarded(restored, trajectory, turn, seed, replay)
 
 

@@ -1,8 +1,12 @@
-"""Progress of a ``compute_bonus`` call, group by group, and the wall time of each stage.
+"""Progress of a ``compute_bonus`` call, round by round, continuation by continuation and group by group, and the
+wall time of each stage.
 
-A host hooks its progress bar to ``compute_bonus(..., progress=fn)``: ``fn`` receives a :class:`Progress`
-each time an eligible group is finished (accepted, rejected, declined or skipped), in the order they
-finish. The same event is logged at INFO on the ``prover_core`` logger.
+A host hooks its progress bar to ``compute_bonus(..., progress=fn)``: ``fn`` receives a :class:`Progress` each time
+verification's rounds of policy calls move on (``kind="round"``), each time a continuation ends (``"continuation"``)
+and each time an eligible group is finished (``"group"``: accepted, rejected, declined or skipped), in the order they
+happen. Since every group is verified together, groups tend to finish near the end of the call; rounds and
+continuations move all along. Group events are logged at INFO on the ``prover_core`` logger, the others at most
+once a second (:class:`ProgressLog`).
 
 Stage times (``Report.timings``, logged as ``prover/time/<name>``): groups are judged and verified
 concurrently, so a stage's time is the wall time during which at least one group was in it (the length
@@ -18,22 +22,37 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
 from prover_core.report import GroupRecord
 from prover_core.text import shorten
 
-__all__ = ["Progress", "ProgressFn", "StageClock", "format_progress", "union_length"]
+__all__ = ["Progress", "ProgressKind", "ProgressFn", "StageClock", "format_progress", "union_length"]
+
+ProgressKind = Literal["round", "continuation", "group"]
+"""What a :class:`Progress` event reports: a round of policy calls moved on, a continuation ended, a group finished."""
 
 
 @dataclass(frozen=True)
 class Progress:
-    """One eligible group finished: the ``done``-th of ``total`` eligible groups of this call."""
+    """Where a ``compute_bonus`` call stands: ``done`` of its ``total`` eligible groups finished, ``continuations``
+    ended, verification at round ``rounds`` of policy calls. ``kind`` says what just moved; ``group`` is the group
+    that just finished (``kind="group"``), else ``None``.
+
+    A bar of groups: ``progress=lambda e: e.kind == "group" and bar.update(1)`` (``total=event.total``); a bar that
+    moves during verification: ``bar.update(1)`` on ``kind == "continuation"`` (``unit="continuation"``).
+    """
 
     done: int
     total: int
-    group: GroupRecord
+    group: GroupRecord | None
     seconds: float
     """Wall time since the call started."""
+    kind: ProgressKind = "group"
+    continuations: int = 0
+    """Continuations ended so far (finished, failed or stopped)."""
+    rounds: int = 0
+    """Verification's rounds of sequential policy calls so far (:class:`~prover_core.clock.PolicyClock`)."""
 
 
 ProgressFn = Callable[[Progress], object]
@@ -70,11 +89,31 @@ class StageClock:
 
 
 def format_progress(event: Progress) -> str:
-    """The INFO line of one finished group, e.g. ``group g03 accepted (Delta = +0.625): 3/11 groups, 4.2 s``."""
+    """The INFO line of an event, e.g. ``group g03 accepted (Delta = +0.625); 3/11 eligible groups done, 4.2 s``
+    or ``verifying: round 7 of policy calls, 40 continuations ended; 0/11 eligible groups done, 1.3 s``."""
     g = event.group
+    tally = f"{event.done}/{event.total} eligible groups done, {event.seconds:.1f} s"
+    if g is None:
+        return f"verifying: round {event.rounds} of policy calls, {event.continuations} continuations ended; {tally}"
     found = f" ({g.verification.delta_text})" if g.verification is not None else ""
     why = f": {shorten(g.reason, 160)}" if g.status in ("declined", "skipped") and g.reason else ""
-    return (
-        f"group {g.group_id} {g.status}{found}{why}; {event.done}/{event.total} eligible groups done, "
-        f"{event.seconds:.1f} s"
-    )
+    return f"group {g.group_id} {g.status}{found}{why}; {tally}"
+
+
+LOG_EVERY_S = 1.0
+"""The least time between two logged round or continuation events."""
+
+
+@dataclass
+class ProgressLog:
+    """Which events reach the log: every group's, and a round's or a continuation's at most every ``every`` s."""
+
+    every: float = field(default_factory=lambda: LOG_EVERY_S)
+    last: float = field(default_factory=time.perf_counter)
+
+    def wants(self, event: Progress) -> bool:
+        now = time.perf_counter()
+        if event.kind == "group" or now - self.last >= self.every:
+            self.last = now
+            return True
+        return False

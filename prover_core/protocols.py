@@ -1,11 +1,15 @@
-"""What a host implements: a :class:`Judge`, a :class:`RestorableEnv` and a :class:`Policy`.
+"""What a host implements: a :class:`Judge`, a :class:`RestorableEnv` and a :class:`Policy` (or a :class:`BatchPolicy`).
+
+Every method may be synchronous or ``async``; the library awaits whatever is awaitable. A policy that acts on many
+contexts in one call (a model's ``generate``: a batch in, a batch out) declares :class:`BatchPolicy`: the core then
+serves each round of every running continuation with one ``act_batch`` call, so verification costs as many
+sequential policy calls as its longest continuation has turns. A one-context :class:`Policy` is called once per turn
+of each continuation, one after another unless its ``act`` is ``async`` and overlaps on its own.
 
 A judge's optional hooks are declared here too, each checked with ``isinstance``: :class:`OthersJudge` (its
 ``propose`` takes the group's other runs), :class:`PerStepJudge` (``new_step()`` once per ``compute_bonus`` call)
 and :class:`ReportingJudge` (``stats()`` in the report).
 
-Every method may be synchronous or ``async``; the library awaits whatever is awaitable, so an async
-policy lets a host's batched inference engine batch the concurrent continuations.
 Stacks that own their agent loop can skip env and policy and hand ``compute_bonus`` a
 :data:`ContinueFn` instead.
 """
@@ -21,8 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from prover_core.data import Decline, Outcome, Proposal, SegmentRules, Trajectory, Turn
+from prover_core.errors import ProtocolError
 
 __all__ = [
+    "BatchPolicy",
     "ContinueFn",
     "Episode",
     "FunctionPolicy",
@@ -123,6 +129,15 @@ class Policy(Protocol):
 
 
 @runtime_checkable
+class BatchPolicy(Protocol):
+    """The current policy, acting on many contexts in one call: ``act_batch(contexts)`` returns one action per
+    context, in order (plain or ``async``). Every continuation waiting for an action joins the same call
+    (:class:`~prover_core.batching.BatchedPolicy`), so one round of continuations is one call."""
+
+    def act_batch(self, contexts: Sequence[PolicyContext]) -> Sequence[Any] | Awaitable[Sequence[Any]]: ...
+
+
+@runtime_checkable
 class Judge(Protocol):
     """Nominates the segment of the successful trajectory where it did what the failed runs did not.
 
@@ -211,9 +226,34 @@ class _AsyncFunctionPolicy(FunctionPolicy):
         return await self.fn(context)
 
 
+def described(value: object) -> str:
+    """How an error message names a value that misses its protocol: ``None``, a function, a class or an object."""
+    if value is None:
+        return "None"
+    if isinstance(value, type):
+        return f"the class {value.__qualname__!r}"
+    if inspect.isfunction(value):
+        return f"the function {value.__qualname__!r}"
+    return f"a {type(value).__name__}"
+
+
+def require(value: object, name: str, protocol: type, signature: str, hint: str = "") -> None:
+    """Raise :class:`~prover_core.errors.ProtocolError` unless ``value`` is an instance of ``protocol`` (a runtime
+    checkable :class:`typing.Protocol`); a class passed where its instance belongs is refused by name."""
+    if isinstance(value, type):
+        raise ProtocolError(
+            f"{name} must be an object, not a class: got {described(value)}; pass an instance, e.g. "
+            f"{name}={value.__qualname__}()"
+        )
+    if not isinstance(value, protocol):
+        raise ProtocolError(
+            f"{name} must be an object with a method {signature}; got {described(value)}" + (hint and f". {hint}")
+        )
+
+
 def as_policy(policy: Policy | PolicyFn) -> Policy:
     """``policy`` itself when it has an ``act`` method, else a plain function wrapped as one."""
-    if callable(getattr(policy, "act", None)) or not callable(policy):
+    if isinstance(policy, Policy | type) or not callable(policy):
         return policy  # type: ignore[return-value]  # one without act is refused by the protocol check
     if inspect.iscoroutinefunction(policy):
         return _AsyncFunctionPolicy(policy)

@@ -31,7 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -56,6 +56,7 @@ MissingReseed = Literal["warn", "error", "ignore"]
 """What a restorer does with an environment without ``reseed(seed)``: warn, raise, or ignore."""
 
 
+@runtime_checkable
 class Env(Protocol):
     """A plain environment that can be reset from a spec; the input of the restoration helpers.
 

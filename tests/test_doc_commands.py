@@ -34,7 +34,7 @@ RUN_ALL = os.environ.get("PROVER_DOC_COMMANDS") == "all"
 
 
 def uv() -> str | None:
-    local = ROOT / ".venv" / "uv" / "bin" / "uv"
+    local = ROOT / ".venvs" / "uv" / "bin" / "uv"
     return shutil.which("uv") or (str(local) if local.exists() else None)
 
 
@@ -99,7 +99,7 @@ def need_uv() -> str:
     found = uv()
     if found is None:
         if os.environ.get("PROVER_REQUIRE_HOSTS") == "1":
-            pytest.fail("uv is needed to run the docs' commands (scripts/test bootstraps it into .venv/uv)")
+            pytest.fail("uv is needed to run the docs' commands (scripts/test bootstraps it into .venvs/uv)")
         pytest.skip("uv not found")
     return found
 
@@ -153,3 +153,62 @@ def test_the_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         # CUDA wheels (nvidia-cublas-cu12, ...) and triton; nvidia-ml-py is NVML's pure-Python binding (DeepSpeed's)
         gpu = sorted(p for p in packages if re.match(r"(nvidia-|triton)", p) and p != "nvidia-ml-py")
         assert not gpu, f"{block.name} brought GPU packages: {gpu}"
+
+
+# --- the figures the README names a command for are what that command prints ---------------------------------
+
+
+def env_python(name: str) -> Path | None:
+    """The Python of ``scripts/test``'s environment ``name`` (``core``, ``trl``, ...), if it has been built."""
+    python = ROOT / ".venvs" / name / "bin" / "python"
+    return python if python.exists() else None
+
+
+def printed_by(env: str, *command: str) -> str:
+    python = env_python(env) if env != "core" else Path(sys.executable)
+    if python is None:
+        pytest.skip(f"no {env} environment (PROVER_HOSTS={env} ./scripts/test --co -q builds it)")
+    paths = [ROOT, ROOT / "benchmarks", *([ROOT / "adapters" / env] if env != "core" else [])]
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    done = subprocess.run([str(python), *command], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+README = (ROOT / "README.md").read_text()
+
+
+def said(pattern: str) -> re.Match[str]:
+    found = re.search(pattern, " ".join(README.split()))
+    assert found, f"the README no longer says {pattern!r}: update this test with it"
+    return found
+
+
+def test_the_overlap_schedules_extra_turns_are_what_verify_latency_prints() -> None:
+    """The README's "a median 11.5% more policy turns ... `python benchmarks/verify_latency.py`" (about 3 minutes)."""
+    if not RUN_ALL:
+        pytest.skip("a slow figure: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
+    claim = said(
+        r"spends a median ([\d.]+)% more policy turns than it on the tabular suite, "
+        r"`python benchmarks/verify_latency.py`"
+    )
+    out = printed_by("core", "benchmarks/verify_latency.py")
+    median = re.search(r"overlap / wait policy turns: median ([\d.]+)", out)
+    assert median and "PARTIAL" not in out, out[-2000:]
+    assert f"{100 * (float(median[1]) - 1):.1f}" == claim[1]
+
+
+def test_the_trl_step_ratio_is_what_trl_step_prints() -> None:
+    """The README's "1.08-1.16x ... 8M-parameter model on a quiet 2-core machine (`python benchmarks/trl_step.py
+    --size small --steps 7 --arms grpo,prover`" (minutes, the TRL environment). A ratio of wall times moves with
+    the machine's load: the printed one must lie in the stated range, widened by 0.1 either side for that noise."""
+    if not RUN_ALL:
+        pytest.skip("a slow figure: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
+    claim = said(
+        r"costs ([\d.]+)-([\d.]+)x a stock `GRPOTrainer` step with an 8M-parameter model "
+        r"on a quiet 2-core machine \(`python benchmarks/trl_step.py --size small --steps 7 --arms grpo,prover`"
+    )
+    out = printed_by("trl", "benchmarks/trl_step.py", "--size", "small", "--steps", "7", "--arms", "grpo,prover")
+    ratio = re.search(r"small: ProVer step / GRPO step: ([\d.]+)x", out)
+    assert ratio, out[-2000:]
+    assert float(claim[1]) - 0.1 <= float(ratio[1]) <= float(claim[2]) + 0.1

@@ -8,6 +8,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -59,7 +60,12 @@ def run(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
             continue_from=lambda t, turn, seed: Outcome(success=turn == 3, turns=2),
             config=ProverConfig(k=4),
         )
-    return [r.getMessage() for r in caplog.records if r.name.startswith("prover_core")]
+    # rounds and continuations are logged at most once a second: none in a call this short, unless the machine stalls
+    return [
+        m
+        for r in caplog.records
+        if r.name.startswith("prover_core") and not (m := r.getMessage()).startswith("verifying:")
+    ]
 
 
 def test_a_line_per_finished_group_and_one_summary_line_at_info(caplog: pytest.LogCaptureFixture) -> None:
@@ -105,11 +111,18 @@ def test_the_callback_sees_each_eligible_group_once_in_the_order_they_finish() -
         config=ProverConfig(k=4),
         progress=seen.append,
     )
-    assert [(e.done, e.total, e.group.group_id, e.group.status) for e in seen] == [
+    groups = [e for e in seen if e.kind == "group"]
+    assert [(e.done, e.total, e.group.group_id, e.group.status) for e in groups if e.group] == [
         (1, 2, "g-decline", "declined"),
         (2, 2, "g-win", "accepted"),
     ]
-    assert seen[0].seconds <= seen[1].seconds
+    assert groups[0].seconds <= groups[1].seconds
+    # g-win's 8 continuations each end with an event, before the group's; a synchronous hook runs them one after
+    # another, and each one's 2 turns move the rounds on when it ends
+    ended = [e for e in seen if e.kind == "continuation"]
+    assert [e.continuations for e in ended] == list(range(1, 9)) and all(e.group is None for e in ended)
+    assert seen.index(ended[-1]) < seen.index(groups[1])
+    assert [e.rounds for e in seen if e.kind == "round"] == list(range(2, 17, 2))
 
 
 def test_a_callback_that_raises_is_logged_and_the_step_goes_on(caplog: pytest.LogCaptureFixture) -> None:
@@ -125,7 +138,8 @@ def test_a_callback_that_raises_is_logged_and_the_step_goes_on(caplog: pytest.Lo
             progress=broken,
         )
     assert result.report.count("accepted") == 1
-    assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("progress bar closed",)] * 2  # type: ignore[index]
+    # logged once, though it is called (and raises) for every round, continuation and group
+    assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("progress bar closed",)]  # type: ignore[index]
 
 
 def test_a_progress_that_is_not_callable_is_refused() -> None:
@@ -239,3 +253,74 @@ def test_a_plain_function_is_a_policy(asynchronous: bool) -> None:
     v = result.report.groups[0].verification
     assert v is not None and (v.pre_successes, v.post_successes, v.delta) == (0, 4, 1.0)
     assert len(seen) == 4 * 2 + 4 * 1  # pre: turns 0 and 1; post: turn 1 only
+
+
+class Bar:
+    """A tqdm-style counter: ``update(n)`` moves ``n``; ``moves`` holds, for each move, how many policy calls the
+    run had made by then (the call's time: each call is a model's ``generate``, which dominates a step)."""
+
+    def __init__(self, calls: list[int]) -> None:
+        self.n, self.calls, self.moves = 0, calls, list[int]()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self.moves.append(self.calls[0])
+
+
+def test_a_progress_bar_moves_during_verification_not_only_at_its_end() -> None:
+    """Every group is verified together, so groups finish near the end; continuations and rounds move all along:
+    the bar fed by ``kind == "continuation"`` events has made most of its moves before the policy's last 10% of
+    calls, and a round event comes with every call."""
+    from prover_core import ChoiceJudge, SnapshotEnv
+    from prover_core.demo import MDPEnv, VaultBatchPolicy, VaultMDP
+    from prover_core.demo.run import rollout_batch
+
+    calls = [0]
+
+    class Counting(VaultBatchPolicy):
+        def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:
+            calls[0] += 1
+            return super().act_batch(contexts)
+
+    continuations, groups, rounds = Bar(calls), Bar(calls), Bar(calls)
+    bars = {"continuation": continuations, "group": groups, "round": rounds}
+    result = compute_bonus(
+        rollout_batch(VaultMDP(), groups=16, group_size=8, seed=0),
+        judge=ChoiceJudge(),
+        env=SnapshotEnv(lambda: MDPEnv(VaultMDP())),
+        policy=Counting(),
+        config=ProverConfig(k=4),
+        progress=lambda event: bars[event.kind].update(1),
+    )
+    m = result.report.metrics(prefix="")
+    total = calls[0]
+    assert total == m["verify_policy_rounds"] >= 10
+    assert continuations.n == m["continuations"] and groups.n == m["groups_eligible"]
+    last_tenth = 0.9 * total  # moves made while calls after this one ran are in the call's last 10%
+    early = [c for c in continuations.moves if c <= last_tenth]
+    assert continuations.moves[0] < total / 2 and len(early) >= continuations.n / 2
+    assert rounds.moves == list(range(1, total + 1))  # the round bar moves with every call
+
+
+def test_rounds_and_continuations_reach_the_log_at_most_once_a_second(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prover_core.progress import ProgressLog, format_progress
+
+    monkeypatch.setattr("prover_core.progress.LOG_EVERY_S", 0.0)  # every event
+    with caplog.at_level(logging.INFO, logger="prover_core"):
+        compute_bonus(
+            BATCH,
+            judge=TurnTwo(),
+            continue_from=lambda t, turn, seed: Outcome(success=turn == 3, turns=2),
+            config=ProverConfig(k=4),
+        )
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("verifying:")]
+    assert len(lines) == 16  # 8 continuations, each moving the rounds on
+    assert re.fullmatch(
+        r"verifying: round 16 of policy calls, 8 continuations ended; 1/2 eligible groups done, \d+\.\d s", lines[-1]
+    )
+    log = ProgressLog(every=1.0, last=0.0)
+    event = Progress(0, 2, None, 0.5, "round", 0, 1)
+    assert log.wants(event) and not log.wants(event)  # the second within the second is left out
+    assert format_progress(event).startswith("verifying: round 1 of policy calls, 0 continuations ended")

@@ -7,18 +7,21 @@ import logging
 import re
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from prover_core.cli import main
+from prover_core.protocols import PolicyContext
 from tests.conftest import library_warnings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 # the examples whose imports the core environment has (the TRL/OpenRLHF ones are checked in their hosts' tests)
-CACHE = ROOT / ".venv" / "mypy-users-cache"  # reused across runs: the first takes a minute, later ones seconds
+CACHE = ROOT / ".venvs" / "mypy-users-cache"  # reused across runs: the first takes a minute, later ones seconds
 CORE_EXAMPLES = ["examples/custom_trainer.py", "examples/textworld_credit.py"]
 
 
@@ -39,7 +42,7 @@ def test_the_readme_cost_figures_are_what_the_demo_prints(
     )
     assert printed
     assert (said[1], said[2], said[3]) == (printed[2], printed[1], printed[3])
-    first_screen = re.search(r"and (\d+)% more policy turns in `prover demo`", README)
+    first_screen = re.search(r"(\d+)% more than the batch's rollout in `prover demo`", README)
     assert first_screen, "the README's bottom line changed: update this test with it"
     assert int(first_screen[1]) == round(float(printed[2]))
 
@@ -58,6 +61,61 @@ def mypy_strict(files: list[Path], cwd: Path) -> subprocess.CompletedProcess[str
         capture_output=True,
         text=True,
     )
+
+
+class LongestContinuation:
+    """Patches ``VaultBatchPolicy.act_batch`` to count each continuation's turns (a continuation: a trajectory, its
+    boundary and its seed), so that a test can compare the rounds a run reports with its longest continuation."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from prover_core.demo import VaultBatchPolicy
+
+        self.turns: Counter[tuple[str, int | None, int]] = Counter()
+        original = VaultBatchPolicy.act_batch
+
+        def counted(policy: VaultBatchPolicy, contexts: Sequence[PolicyContext]) -> list[str]:
+            for c in contexts:
+                assert c.trajectory is not None
+                self.turns[(c.trajectory.id, c.boundary, c.seed)] += 1
+            return original(policy, contexts)
+
+        monkeypatch.setattr(VaultBatchPolicy, "act_batch", counted)
+
+    @property
+    def longest(self) -> int:
+        return max(self.turns.values())
+
+
+def test_the_readme_trainer_block_verifies_in_no_more_rounds_than_its_longest_continuation(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The custom-trainer block, run as written: one act_batch call per round, so verification's rounds are at most
+    its longest continuation's turns; the figures the README gives are the ones it prints. The same block with a
+    one-context policy costs what the README says."""
+    block = python_blocks(README)[0]
+    counter = LongestContinuation(monkeypatch)
+    exec(compile(block, "README.md", "exec"), {})
+    printed = re.search(r"verification: (\d+) rounds of policy calls, the rollout (\d+)", capsys.readouterr().out)
+    assert printed and int(printed[1]) <= counter.longest < int(printed[2])
+    said = re.search(r"the block above prints both: (\d+) and (\d+)", README)
+    assert said, "the README's rounds sentence changed: update this test with it"
+    assert (said[1], said[2]) == (printed[1], printed[2])
+    plain = re.search(r"\((\d+) rounds for the block above, where `act_batch` takes (\d+)\)", README)
+    assert plain and plain[2] == printed[1]
+    one_context = block.replace("my_policy = VaultBatchPolicy()", "my_policy = vault_policy()")
+    assert one_context != block
+    exec(compile("from prover_core.demo import vault_policy\n" + one_context, "README.md", "exec"), {})
+    printed = re.search(r"verification: (\d+) rounds of policy calls", capsys.readouterr().out)
+    assert printed and printed[1] == plain[1]
+
+
+def test_prover_demo_verifies_in_no_more_rounds_than_its_longest_continuation(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = LongestContinuation(monkeypatch)
+    assert main(["demo"]) == 0
+    printed = re.search(r"Rounds of policy calls: verification (\d+), the rollout (\d+)", capsys.readouterr().out)
+    assert printed and int(printed[1]) <= counter.longest <= int(printed[2])
 
 
 def test_the_readme_code_and_the_core_examples_pass_mypy_strict_without_the_plugin(tmp_path: Path) -> None:

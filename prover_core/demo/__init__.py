@@ -5,13 +5,14 @@ of it is exported here.
 """
 
 from prover_core.demo._finite_mdp import FiniteMDP, MDPEnv, TabularPolicy, Transition, exact_success_probability
-from prover_core.demo.vault import VaultMDP, vault_policy
+from prover_core.demo.vault import VaultBatchPolicy, VaultMDP, vault_policy
 
 __all__ = [
     "FiniteMDP",
     "MDPEnv",
     "TabularPolicy",
     "Transition",
+    "VaultBatchPolicy",
     "VaultMDP",
     "exact_success_probability",
     "vault_policy",

@@ -11,7 +11,7 @@ from prover_core.bonus import BonusResult, compute_bonus
 from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
 from prover_core.demo._finite_mdp import MDPEnv, exact_success_probability
-from prover_core.demo.vault import VaultMDP, vault_policy
+from prover_core.demo.vault import VaultBatchPolicy, VaultMDP, vault_policy
 from prover_core.judges import make_judge
 from prover_core.protocols import Judge
 from prover_core.record import record_episode
@@ -100,7 +100,7 @@ def run_demo(
         trajectories,
         judge=chosen,
         env=SnapshotEnv(lambda: MDPEnv(mdp)),
-        policy=vault_policy(),
+        policy=VaultBatchPolicy(),  # one act_batch call per round of continuations
         config=ProverConfig(k=k, seed=seed),
     )
     return DemoRun(mdp, trajectories, result, judge, k)
@@ -147,6 +147,8 @@ def render(run: DemoRun) -> str:
         f"Continuations: {m['continuations']:.0f} ({m['policy_turns']:.0f} policy turns, "
         f"{100 * m['extra_turn_share']:.1f}% of the batch's {r.report.rollout_turns} turns); "
         f"judge calls: {m['judge/propose_calls']:.0f}",
+        f"Rounds of policy calls: verification {m['verify_policy_rounds']:.0f}, the rollout "
+        f"{m['rollout_policy_rounds']:.0f} (act_batch: one call per round)",
         *render_skips(r.report),
     ]
     errors = []

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from prover_core.demo._finite_mdp import TabularPolicy, Transition, log_weights
+from prover_core.protocols import PolicyContext
 
-__all__ = ["State", "VAULT_WEIGHTS", "VaultMDP", "vault_policy"]
+__all__ = ["State", "VAULT_WEIGHTS", "VaultBatchPolicy", "VaultMDP", "vault_policy"]
 
 State = tuple[int, bool]  # (room, has_key)
 """A vault state: ``(room, has_key)``."""
@@ -79,3 +80,15 @@ VAULT_WEIGHTS: Mapping[str, float] = {
 def vault_policy(weights: Mapping[str, float] = VAULT_WEIGHTS) -> TabularPolicy:
     """The demo's current policy: ``pi(a | o) ∝ weights[a]`` over the admissible actions."""
     return TabularPolicy(log_weights(weights))
+
+
+class VaultBatchPolicy:
+    """The vault policy as a model serves one: ``act_batch(contexts)`` answers many contexts in one call (a
+    :class:`~prover_core.protocols.BatchPolicy`), each sampled from its own ``context.rng`` as :func:`vault_policy`
+    samples it, so verification costs one round of policy calls per turn of its longest continuation."""
+
+    def __init__(self, weights: Mapping[str, float] = VAULT_WEIGHTS) -> None:
+        self.policy = vault_policy(weights)
+
+    def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:
+        return [self.policy.act(context) for context in contexts]

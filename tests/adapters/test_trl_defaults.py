@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from tests.hosts import require_host
 
 require_host("trl")
@@ -37,3 +39,9 @@ def test_the_rollout_function_carries_what_continuations_must_do_alike() -> None
     }
     assert rollout_policy_options(make_rollout_func(Env, max_turns=3)) == {}  # the tokenizer's defaults, both sides
     assert rollout_policy_options(lambda prompts, trainer: {}) == {}  # a rollout function of the user's own
+
+    @functools.wraps(built)
+    def logged(prompts: list[object], trainer: object) -> dict[str, object]:
+        return built(prompts, trainer)  # type: ignore[no-any-return]
+
+    assert rollout_policy_options(logged) == rollout_policy_options(built)  # through __wrapped__

@@ -23,7 +23,14 @@ from datasets import Dataset  # noqa: E402
 
 from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # noqa: E402
 from prover_core import ProverConfig, ReplayEnv  # noqa: E402
-from prover_trl import ProverGRPOTrainer, ProverSetup, ProverTRLError, make_rollout_func, success_reward  # noqa: E402
+from prover_trl import (  # noqa: E402
+    ProverGRPOTrainer,
+    ProverSetup,
+    ProverTRLError,
+    make_rollout_func,
+    rollout_policy_options,
+    success_reward,
+)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
@@ -278,6 +285,25 @@ def test_an_observation_rendered_to_zero_tokens_keeps_exact_spans_with_make_roll
         assert inputs["prover_bonus"][b, second[0] : second[1]].eq(1.0).all()
         assert inputs["prover_bonus"].sum() == second[1] - second[0]
     assert trainer.prover_policy.render_observation is render  # taken from the rollout function
+
+
+def test_a_users_wrapper_without_functools_wraps_still_hands_the_rollouts_options_on(tmp_path: Path) -> None:
+    """A rollout function wrapped to time or log it, without ``functools.wraps``, hides the options at ``__init__``;
+    the rollout records them on the trainer when it runs, and the trainer's policy follows them from the first
+    verification on."""
+    render = _silent_door_render(word_tokenizer())
+    inner = make_rollout_func(LuckyDoor, max_turns=5, render_observation=render)
+
+    def timed(prompts: list[Any], trainer: Any) -> dict[str, Any]:  # no functools.wraps
+        return inner(prompts, trainer)
+
+    assert rollout_policy_options(timed) == {}  # nothing on the wrapper itself
+    prover = ProverSetup(judge=FixedJudge(1, 1), env=ReplayEnv(LuckyDoor), config=ProverConfig(k=K))
+    trainer = _build(tmp_path, ProverGRPOTrainer, timed, prover=prover)
+    assert trainer.prover_policy.render_observation is not render  # not known before the rollout runs
+    trainer.train()
+    assert trainer.prover_policy.render_observation is render
+    assert [g.status for r in trainer.results for g in r.report.groups] == ["accepted"] * len(trainer.results)
 
 
 def test_inclusive_turn_spans_from_a_rollout_func_make_a_recorded_skip(tmp_path: Path) -> None:

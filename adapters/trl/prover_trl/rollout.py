@@ -21,6 +21,7 @@ episodes pads its call with copies of a context whose output it discards.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +69,8 @@ def make_rollout_func(
     """
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        with contextlib.suppress(AttributeError):  # for the trainer, even through a user's wrapper of this function
+            setattr(trainer, RECORDED_OPTIONS, dict(rollout.policy_options))  # type: ignore[attr-defined]
         tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
         render = render_observation or (lambda obs: tokenizer.encode(str(obs), add_special_tokens=False))
         parse = parse_action or (lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True).strip())
@@ -147,10 +150,23 @@ def make_rollout_func(
     return rollout
 
 
-def rollout_policy_options(rollout_func: Any) -> dict[str, Any]:
+RECORDED_OPTIONS = "prover_rollout_options"
+"""The trainer attribute where a :func:`make_rollout_func` rollout records its options each time it runs."""
+
+
+def rollout_policy_options(rollout_func: Any, trainer: Any = None) -> dict[str, Any]:
     """What continuations must do as the rollout did (``render_observation``, ``parse_action``,
-    ``max_action_tokens``), as given to :func:`make_rollout_func`; ``{}`` for any other rollout function."""
-    return dict(getattr(rollout_func, "policy_options", {}))
+    ``max_action_tokens``), as given to :func:`make_rollout_func`: on the function, or on the one it wraps
+    (``functools.wraps`` keeps ``__wrapped__``); for a wrapper that kept nothing, what the rollout recorded on
+    ``trainer`` when it last ran; ``{}`` for any other rollout function."""
+    seen: set[int] = set()
+    while rollout_func is not None and id(rollout_func) not in seen:
+        seen.add(id(rollout_func))
+        options = getattr(rollout_func, "policy_options", None)
+        if options is not None:
+            return dict(options)
+        rollout_func = getattr(rollout_func, "__wrapped__", None)
+    return dict(getattr(trainer, RECORDED_OPTIONS, None) or {})
 
 
 def success_reward(prompts: list[Any], completions: list[Any], prover_success: list[bool], **_: Any) -> list[float]:

@@ -158,6 +158,7 @@ class ProverGRPOTrainer(GRPOTrainer):
         self._prover_generated: tuple[Any, ...] | None = None
         self._prover_rewards: torch.Tensor | None = None
         self._prover_calls = 0
+        self._policy_built_with: dict[str, Any] | None = None  # the options the trainer's own policy was built with
         setup = self.prover
         self.prover_verify_on: VerifyOn = setup.verify_on
         if setup.verify_on == "auto":
@@ -172,6 +173,7 @@ class ProverGRPOTrainer(GRPOTrainer):
             raise ValueError("ProverSetup needs env (a RestorableEnv, e.g. prover_core.ReplayEnv) or continue_from")
         if setup.policy is None:
             self.prover_policy = self._default_policy()
+            self._policy_built_with = self._policy_options()
         elif isinstance(setup.policy, Policy):
             self.prover_policy = setup.policy
         else:
@@ -204,7 +206,7 @@ class ProverGRPOTrainer(GRPOTrainer):
     def _policy_options(self) -> dict[str, Any]:
         """``ProverSetup.policy_options`` over what the ``rollout_func`` was built with (:func:`make_rollout_func`):
         continuations render observations and parse actions as the rollout did, without being told twice."""
-        return {**rollout_policy_options(getattr(self, "rollout_func", None)), **self.prover.policy_options}
+        return {**rollout_policy_options(getattr(self, "rollout_func", None), self), **self.prover.policy_options}
 
     def _engine_policy(self, engine: TokenEngine, max_model_len: int | None = None) -> EnginePolicy:
         """An EnginePolicy over ``engine``; ``max_model_len`` (unless the user's policy options set one)
@@ -373,6 +375,7 @@ class ProverGRPOTrainer(GRPOTrainer):
         Every process makes the same collective calls in the same order (two gathers of objects, one of a
         tensor), whatever fails where: a failure travels with the gather and is raised on every process.
         """
+        self._follow_the_rollouts_options()
         loss_mask = self._loss_mask(output)
         local, length = loss_mask.shape
         tag = f"{self.state.global_step}.{self._prover_calls}"
@@ -389,6 +392,15 @@ class ProverGRPOTrainer(GRPOTrainer):
         self._log_step(result, gathered, everyone, problems, bonus)
         self._prover_generated = self._prover_rewards = None  # drop this step's references
         return bonus
+
+    def _follow_the_rollouts_options(self) -> None:
+        """The trainer's own policy renders and parses as the rollout that just ran did: a ``make_rollout_func``
+        rollout wrapped by the user without ``functools.wraps`` hid its options at ``__init__``, but recorded them
+        on the trainer when it ran; the default policy is rebuilt with them once."""
+        if self._policy_built_with is None or self._policy_options() == self._policy_built_with:
+            return
+        self.prover_policy = self._default_policy()
+        self._policy_built_with = self._policy_options()
 
     def _rebuild_rows(
         self, resets: list[dict[str, Any]], tag: str, local: int

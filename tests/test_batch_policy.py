@@ -1,0 +1,217 @@
+"""One round for every caller: a policy that declares ``act_batch`` (:class:`~prover_core.protocols.BatchPolicy`) is
+served one call per round of continuations across the whole batch, so verification's sequential policy calls
+(``prover/verify_policy_rounds``) are no more than its longest continuation's turns; and the continuer is built, and
+its parts checked, in one place (:func:`~prover_core.continuations.make_continuer`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from prover_core import ChoiceJudge, LocalExecutor, ProverConfig, SnapshotEnv, compute_bonus
+from prover_core._aio import MAX_BLOCKED_THREADS, blocked_threads
+from prover_core.bonus import BonusResult
+from prover_core.continuations import Metered, env_continuer, hook_continuer, make_continuer, metered
+from prover_core.demo import MDPEnv, VaultBatchPolicy, VaultMDP, vault_policy
+from prover_core.demo.run import rollout_batch
+from prover_core.errors import ProtocolError, ThreadsExhaustedError
+from prover_core.protocols import BatchPolicy, Policy, PolicyContext, Step
+from prover_core.restore import ReplayEnv
+
+BATCH = rollout_batch(VaultMDP(), groups=8, group_size=8, seed=0)
+
+
+def make_env() -> MDPEnv:
+    return MDPEnv(VaultMDP())
+
+
+class Recording:
+    """A batch policy that records every call: the batch sizes and each continuation's turns."""
+
+    def __init__(self) -> None:
+        self.policy = vault_policy()
+        self.sizes: list[int] = []
+        self.turns: Counter[tuple[str, int | None, int]] = Counter()
+
+    def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:
+        self.sizes.append(len(contexts))
+        for c in contexts:
+            assert c.trajectory is not None
+            self.turns[(c.trajectory.id, c.boundary, c.seed)] += 1
+        return [self.policy.act(c) for c in contexts]
+
+
+class AsyncRecording(Recording):
+    async def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:  # type: ignore[override]
+        await asyncio.sleep(0)  # a served model: the answer comes later
+        return super().act_batch(contexts)
+
+
+def run(policy: Any, **config: Any) -> BonusResult:
+    return compute_bonus(
+        BATCH, judge=ChoiceJudge(), env=SnapshotEnv(make_env), policy=policy, config=ProverConfig(k=4, **config)
+    )
+
+
+@pytest.mark.parametrize("kind", [Recording, AsyncRecording])
+def test_a_batch_policy_makes_one_call_per_round_no_more_than_the_longest_continuation(kind: type[Recording]) -> None:
+    policy = kind()
+    result = run(policy)
+    m = result.report.metrics(prefix="")
+    longest = max(policy.turns.values())
+    assert isinstance(policy, BatchPolicy) and not isinstance(policy, Policy)
+    assert m["groups_accepted"] >= 3
+    # every call serves a round of every continuation still running: as many calls as the clock's rounds
+    assert len(policy.sizes) == m["verify_policy_rounds"] <= longest
+    assert sum(policy.sizes) == m["policy_turns"] and max(policy.sizes) > 2 * 4  # several groups in one call
+
+
+def test_the_same_decisions_and_outcomes_as_one_context_at_a_time() -> None:
+    """Each context samples from its own seeded stream: batching changes the schedule, never the numbers."""
+    batched, plain = run(VaultBatchPolicy()), run(vault_policy())
+    assert [g.verification for g in batched.report.groups] == [g.verification for g in plain.report.groups]
+    mb, mp = batched.report.metrics(prefix=""), plain.report.metrics(prefix="")
+    # a plain act: one call after another, the sum of the continuations' turns (the README's 470 against 15)
+    assert mp["verify_policy_rounds"] == mp["policy_turns"] > 20 * mb["verify_policy_rounds"]
+
+
+def test_a_batch_policy_under_a_time_limit_still_batches() -> None:
+    """With ``continuation_timeout_s`` synchronous env calls run in threads; ``act_batch`` stays on the loop. A
+    round's steps then end at different moments, so a round may take a few calls, never one per continuation."""
+    policy = Recording()
+    m = run(policy, continuation_timeout_s=30.0).report.metrics(prefix="")
+    assert m["verify_policy_rounds"] <= max(policy.turns.values())
+    assert len(policy.sizes) <= 3 * m["verify_policy_rounds"] < m["policy_turns"] / 10
+
+
+def test_an_executor_serves_a_batch_policy_too() -> None:
+    policy = Recording()
+    executor = LocalExecutor(SnapshotEnv(make_env), policy, max_turns=100)
+    result = compute_bonus(BATCH, judge=ChoiceJudge(), executor=executor, config=ProverConfig(k=4))
+    m = result.report.metrics(prefix="")
+    assert m["groups_accepted"] >= 3 and len(policy.sizes) == m["verify_policy_rounds"]
+
+
+def test_a_batch_answer_of_the_wrong_length_fails_each_continuation_of_that_call() -> None:
+    class Short:
+        def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:
+            return ["wait"] * (len(contexts) - 1)
+
+    result = run(Short())
+    skipped = [g for g in result.report.groups if g.status == "skipped"]
+    assert skipped and all("answered" in g.reason and "requests" in g.reason for g in skipped)
+
+
+# --- the continuer in one place ---------------------------------------------------------------------
+
+
+def test_the_continuer_declares_whether_it_is_metered() -> None:
+    """``metered`` is declared (:class:`Metered`, checked with isinstance), never guessed."""
+    env_run = env_continuer(ReplayEnv(make_env), vault_policy(), 10)
+    hook = hook_continuer(lambda t, turn, seed: True)
+    assert isinstance(env_run, Metered) and metered(env_run)
+    assert isinstance(hook, Metered) and not metered(hook)
+    assert metered(LocalExecutor(ReplayEnv(make_env), vault_policy()))
+    assert not metered(LocalExecutor(continue_from=lambda t, turn, seed: True))
+
+    async def users_own(trajectory: Any, turn: int, seed: int) -> Any:  # declares nothing: not metered
+        raise AssertionError
+
+    assert not isinstance(users_own, Metered) and not metered(users_own)
+
+
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        (dict(env=SnapshotEnv(make_env), policy=VaultBatchPolicy), "policy must be an object, not a class"),
+        (dict(env=SnapshotEnv, policy=vault_policy()), "env must be an object, not a class"),
+        (dict(env=make_env(), policy=vault_policy()), "ReplayEnv"),
+        (dict(env=SnapshotEnv(make_env), policy=3), r"act\(context\) or act_batch\(contexts\)"),
+        (dict(continue_from=3), "continue_from must be callable"),
+        (dict(executor=LocalExecutor), "executor must be callable"),
+    ],
+)
+def test_compute_bonus_and_the_executors_refuse_the_same_mistakes_alike(kwargs: dict[str, Any], text: str) -> None:
+    with pytest.raises(ProtocolError, match=text):
+        compute_bonus(BATCH, judge=ChoiceJudge(), **kwargs)
+    if "executor" not in kwargs:
+        with pytest.raises(ProtocolError, match=text):
+            LocalExecutor(**kwargs)
+    with pytest.raises(ProtocolError, match=text):
+        make_continuer(**kwargs, max_turns=10)
+
+
+def test_a_judge_passed_as_its_class_is_refused_at_once() -> None:
+    with pytest.raises(ProtocolError, match=r"judge must be an object, not a class.*judge=ChoiceJudge\(\)"):
+        compute_bonus(BATCH, judge=ChoiceJudge, env=SnapshotEnv(make_env), policy=vault_policy())  # type: ignore[arg-type]
+
+
+# --- a synchronous environment that hangs does not pile up threads ------------------------------------
+
+
+class Hangs:
+    """A plain environment whose step blocks, a fresh gate per test (opened at its end)."""
+
+    gate = threading.Event()
+
+    def __init__(self) -> None:
+        self.inner = make_env()
+
+    def reset(self, spec: Mapping[str, Any]) -> Step:
+        return self.inner.reset(spec)
+
+    def step(self, action: Any) -> Step:
+        self.gate.wait(60)
+        return self.inner.step(action)
+
+
+def live_threads() -> int:
+    return sum(t.name == "prover-user-code" for t in threading.enumerate())
+
+
+def test_ten_calls_whose_environment_hangs_hold_a_bounded_number_of_threads() -> None:
+    """Before: +8 abandoned threads per call (one per continuation), +80 after ten. Now the first call's
+    continuations stay blocked (the limit cannot know a call will hang) and, with ``MAX_BLOCKED_THREADS`` of them
+    blocked, every later continuation is refused at once, the cause named: no call adds a thread."""
+    Hangs.gate = threading.Event()
+    before = live_threads()
+    config = ProverConfig(k=4, continuation_timeout_s=0.05)
+    results, counts = [], []
+    try:
+        for _ in range(10):
+            env = ReplayEnv(Hangs)
+            results.append(compute_bonus(BATCH, judge=ChoiceJudge(), env=env, policy=vault_policy(), config=config))
+            counts.append(blocked_threads())
+            # the live ones are the blocked ones, give or take a judge's thread that is just ending
+            assert live_threads() - before <= counts[-1] + 2
+        first = results[0].report.metrics(prefix="")["continuations"]
+        assert MAX_BLOCKED_THREADS <= counts[0] <= first and counts == [counts[0]] * 10, counts
+        reasons = [g.reason for g in results[-1].report.groups if g.status == "skipped"]
+        assert len(reasons) == 7 and all(
+            f"first error: {ThreadsExhaustedError.__name__}: {counts[0]} threads abandoned at their time limit are "
+            "still blocked in a continuation of ReplayEnv with TabularPolicy" in r
+            for r in reasons
+        )
+    finally:
+        Hangs.gate.set()
+    deadline = time.monotonic() + 30
+    while blocked_threads() and time.monotonic() < deadline:  # once the gate opens, the threads end
+        time.sleep(0.05)
+    assert blocked_threads() == 0
+
+
+def test_an_unknown_trajectory_id_is_a_key_error_that_names_the_batchs_ids() -> None:
+    result = run(vault_policy())
+    asks = [lambda: result.token_advantages("nope", 10), lambda: result.turn_advantages("nope")]
+    asks += [lambda: result.token_bonus("nope", 10), lambda: result.bonus_matrix(["g00-0", "nope"], 1000)]
+    for ask in asks:
+        with pytest.raises(KeyError, match=r"no trajectory 'nope' in this batch; its ids are 'g00-0', 'g00-1', "):
+            ask()
+    with pytest.raises(KeyError, match=r"\(64 in all\)"):
+        result.token_advantages("nope", 10)
