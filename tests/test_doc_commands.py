@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import skip
 from tests.doc_commands import (
     ROOT,
     TORCH_CPU_INDEX,
@@ -98,9 +99,7 @@ def test_an_install_command_in_the_text_resolves(page: str, command: str, tmp_pa
 def need_uv() -> str:
     found = uv()
     if found is None:
-        if os.environ.get("PROVER_REQUIRE_HOSTS") == "1":
-            pytest.fail("uv is needed to run the docs' commands (scripts/test bootstraps it into .venv/uv)")
-        pytest.skip("uv not found")
+        skip("uv not found: it runs the docs' commands (scripts/test bootstraps it into .venv/uv)")
     return found
 
 
@@ -140,7 +139,7 @@ UNIQUE = list({b.text: b for b in reversed(BLOCKS) if b.kind != "notest"}.values
 def test_the_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     """(A block repeated word for word on two pages runs once, under its first page's name.)"""
     if block.kind == "slow" and not RUN_ALL:
-        pytest.skip("a slow block: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
+        skip("a slow block: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
     env = clean_env(need_uv())
     done = subprocess.run(
         ["bash", "-c", script(block, tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200

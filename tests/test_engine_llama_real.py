@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from prover_core.engine import Generation, LlamaServerEngine, SamplingParams
+from tests.conftest import skip
 
 pytestmark = pytest.mark.real_llm
 
@@ -25,7 +26,7 @@ URL = os.environ.get("PROVER_LLAMA_URL", "")
 if not URL:
     if os.environ.get("PROVER_REQUIRE_LLM") == "1":
         raise RuntimeError("PROVER_REQUIRE_LLM=1 but PROVER_LLAMA_URL is not set (run scripts/test-real-model)")
-    pytest.skip("no llama-server: PROVER_LLAMA_URL is not set (scripts/test-real-model)", allow_module_level=True)
+    skip("no llama-server: PROVER_LLAMA_URL is not set (scripts/test-real-model)", allow_module_level=True)
 
 CHAT = (
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
