@@ -31,7 +31,7 @@ from functools import cache
 import pytest
 
 from prover_core import ProverConfig, Segment
-from prover_core.acceptance import AcceptanceRule, acceptance_probability
+from prover_core.acceptance import AcceptanceRule, acceptance_probability, prob_post_greater
 from prover_core.continuations import hook_continuer
 from prover_core.sequential import SequentialTest, operating_characteristics
 from prover_core.verify import accept, continuation_seeds, hopeless, verify_segment_detailed
@@ -147,6 +147,17 @@ def test_every_rule_decides_every_outcome_as_its_oracle(rule: AcceptanceRule, or
     assert decisions == {True, False}
 
 
+def test_the_posterior_rule_accepts_at_its_threshold() -> None:
+    """``P(p_post > p_pre) >= threshold``: a probability equal to the threshold is accepted, one just below is not.
+    The cases are those whose exact probability the library's float sum reproduces to the last bit."""
+    exact = [(c, float(posterior_gain(*c))) for c in COUNTS if 0 < posterior_gain(*c) < 1]
+    ties = [(c, p) for c, p in exact if prob_post_greater(*c) == p]
+    assert len(ties) >= 10
+    for (x, m, y, n), p in ties:
+        assert AcceptanceRule("beta_posterior", threshold=p).decide(x, m, y, n)[0], (x, m, y, n)
+        assert not AcceptanceRule("beta_posterior", threshold=math.nextafter(p, 1.0)).decide(x, m, y, n)[0]
+
+
 @pytest.mark.parametrize(("rule", "oracle"), RULES[::2], ids=RULE_IDS[::2])
 def test_a_drop_is_the_gain_with_the_roles_swapped(rule: AcceptanceRule, oracle: Oracle) -> None:
     config = config_of(rule)
@@ -220,20 +231,27 @@ TRAJ = make_trajectory("o", "g", True, list("abcde"))
 SEG = Segment(trajectory_id="o", start=1, end=2)  # pre boundary: turn 1, post boundary: turn 3
 
 
-def playing(config: ProverConfig, pre: Sequence[int], post: Sequence[int]) -> Callable[..., bool]:
-    """A ``continue_from`` giving continuation ``i`` of each boundary the outcome ``pre[i]`` / ``post[i]``."""
+def playing(config: ProverConfig, pre: Sequence[int | None], post: Sequence[int | None]) -> Callable[..., bool]:
+    """A ``continue_from`` giving continuation ``i`` of each boundary the outcome ``pre[i]`` / ``post[i]`` (``None``:
+    it raises, a failed continuation)."""
     pre_seeds, post_seeds = continuation_seeds(config, TRAJ, len(pre))
     index = {SEG.start: {s: i for i, s in enumerate(pre_seeds)}, SEG.end + 1: {s: i for i, s in enumerate(post_seeds)}}
     assert all(len(v) == len(pre) for v in index.values())
     plays = {SEG.start: pre, SEG.end + 1: post}
 
     def go(trajectory: object, turn: int, seed: int) -> bool:
-        return bool(plays[turn][index[turn][seed]])
+        outcome = plays[turn][index[turn][seed]]
+        if outcome is None:
+            raise RuntimeError("the simulator crashed")
+        return bool(outcome)
 
     return go
 
 
-def run_all(config: ProverConfig, cases: Sequence[tuple[Sequence[int], Sequence[int]]], direction: str) -> list:  # type: ignore[type-arg]
+Cases = Sequence[tuple[Sequence[int | None], Sequence[int | None]]]
+
+
+def run_all(config: ProverConfig, cases: Cases, direction: str) -> list:  # type: ignore[type-arg]
     async def go() -> list:  # type: ignore[type-arg]
         return await asyncio.gather(
             *(
@@ -296,9 +314,10 @@ class Adaptive:
         """Pairs drawn after the round that starts at ``drawn``."""
         return min(drawn + self.t.round_pairs, self.t.max_pairs)
 
-    def stop(self, plus: int, minus: int, drawn: int) -> str | None:
-        """The stop at the end of a round (``None``: go on), without curtailment."""
-        w, v = self.w(plus, minus), self.v(plus, drawn)
+    def stop(self, plus: int, minus: int, pairs: int, drawn: int) -> str | None:
+        """The stop at the end of a round (``None``: go on), without curtailment. ``pairs`` counts the complete pairs
+        (the evidence), ``drawn`` also those lost to a failed continuation (the budget)."""
+        w, v = self.w(plus, minus), self.v(plus, pairs)
         for value, bound in ((w, 1 / self.t.alpha), (v, 1 / self.t.beta)):
             assert abs(value - bound) > 1e-9 * bound, "a near tie: the table would test rounding, not the rule"
         if w >= 1 / self.t.alpha:
@@ -310,32 +329,40 @@ class Adaptive:
         return None
 
     @cache  # noqa: B019 (a few small instances per test)
-    def reachable(self, plus: int, minus: int, drawn: int) -> bool:
-        """Whether some future of pairs (each +1, -1 or 0) from a round end that did not stop reaches accept."""
+    def reachable(self, plus: int, minus: int, pairs: int, drawn: int) -> bool:
+        """Whether some future of pairs (each +1, -1, 0 or lost) from a round end that did not stop reaches accept."""
         nxt = self.ends(drawn)
-        for plus_new in range(nxt - drawn + 1):
-            for minus_new in range(nxt - drawn - plus_new + 1):
-                p, m = plus + plus_new, minus + minus_new
-                stop = self.stop(p, m, nxt)
-                if stop == "accept" or (stop is None and self.reachable(p, m, nxt)):
-                    return True
+        b = nxt - drawn
+        for plus_new in range(b + 1):
+            for minus_new in range(b - plus_new + 1):
+                for lost in range(b - plus_new - minus_new + 1):
+                    p, m, n = plus + plus_new, minus + minus_new, pairs + b - lost
+                    stop = self.stop(p, m, n, nxt)
+                    if stop == "accept" or (stop is None and self.reachable(p, m, n, nxt)):
+                        return True
         return False
 
-    def decide(self, plus: int, minus: int, drawn: int) -> str:
-        stop = self.stop(plus, minus, drawn)
+    def decide(self, plus: int, minus: int, drawn: int, pairs: int | None = None) -> str:
+        pairs = drawn if pairs is None else pairs
+        stop = self.stop(plus, minus, pairs, drawn)
         if stop is not None:
             return stop
-        return "continue" if self.reachable(plus, minus, drawn) else "curtailed"
+        return "continue" if self.reachable(plus, minus, pairs, drawn) else "curtailed"
 
-    def run(self, signs: Sequence[int]) -> tuple[str, int, int, int]:
-        """``(stop, pairs drawn, +1 pairs, -1 pairs)`` on a sequence of pair signs played round by round."""
+    def run(self, signs: Sequence[int | None], allowed_failures: int = 0) -> tuple[str, int, int, int]:
+        """``(stop, pairs drawn, +1 pairs, -1 pairs)`` on a sequence of pair signs played round by round; ``None``
+        is a pair whose pre continuation failed: ``incomplete`` once more than ``allowed_failures`` of the drawn
+        pre continuations failed, or none finished."""
         drawn = plus = minus = 0
         while True:
             nxt = self.ends(drawn)
             plus += sum(s == 1 for s in signs[drawn:nxt])
             minus += sum(s == -1 for s in signs[drawn:nxt])
             drawn = nxt
-            decision = self.decide(plus, minus, drawn)
+            lost = sum(s is None for s in signs[:drawn])
+            if lost > allowed_failures or lost == drawn:
+                return "incomplete", drawn, plus, minus
+            decision = self.decide(plus, minus, drawn, drawn - lost)
             if decision != "continue":
                 return decision, drawn, plus, minus
 
@@ -374,16 +401,18 @@ TESTS = [
 
 @pytest.mark.parametrize("test", TESTS, ids=[f"a{t.alpha}-max{t.max_pairs}-round{t.round_pairs}" for t in TESTS])
 def test_every_round_end_decides_as_the_oracle(test: SequentialTest) -> None:
-    """Every state a round can end in: accept, futile, budget, curtailed (by brute force over futures) or go on."""
+    """Every state a round can end in, pairs lost to failures included: accept, futile, budget, curtailed (by brute
+    force over futures) or go on."""
     oracle = Adaptive(test)
     seen: set[str] = set()
     ends = sorted({oracle.ends(d) for d in range(test.max_pairs)})
     for drawn in ends:
-        for plus in range(drawn + 1):
-            for minus in range(drawn - plus + 1):
-                want = oracle.decide(plus, minus, drawn)
-                assert test.decide(plus, minus, drawn) == want, (plus, minus, drawn)
-                seen.add(want)
+        for pairs in range(drawn + 1):  # pairs < drawn: some lost to a failed continuation
+            for plus in range(pairs + 1):
+                for minus in range(pairs - plus + 1):
+                    want = oracle.decide(plus, minus, drawn, pairs)
+                    assert test.decide(plus, minus, pairs, drawn) == want, (plus, minus, pairs, drawn)
+                    seen.add(want)
     assert {"accept", "curtailed", "continue"} <= seen
 
 
@@ -432,3 +461,27 @@ def test_adaptive_pipeline_on_every_sequence_of_pairs(k: int, max_k: int, rnd: i
             assert (v.pre_successes, v.post_successes) == (sum(pre[:drawn]), sum(post[:drawn]))
             assert stats.accept_evidence == pytest.approx(oracle.w(plus, minus))
     assert {"accept", "curtailed"} <= stops  # futility needs longer runs than curtailment allows here
+
+
+def test_adaptive_pipeline_with_failed_continuations() -> None:
+    """Every sequence of 4 pairs, each +1, -1, 0 or with a failed pre continuation, one failure allowed per
+    boundary: the evidence counts the complete pairs, the budget every drawn pair, and a second failure (or no
+    finished continuation) makes the verification incomplete."""
+    config = ProverConfig(
+        k=2, min_finished=1, sampling="adaptive", adaptive_max_k=4, adaptive_round=1, adaptive_min_effect=0.8
+    )
+    oracle = Adaptive(SequentialTest(max_pairs=4, round_pairs=1, min_effect=0.8))
+    sequences = list(itertools.product((1, -1, 0, None), repeat=4))
+    cases = []
+    for signs in sequences:
+        pre, post = _pair_outcomes([0 if s is None else s for s in signs])
+        cases.append(([None if s is None else a for s, a in zip(signs, pre, strict=True)], post))
+    stops = set()
+    for signs, (v, stats) in zip(sequences, run_all(config, cases, "gain"), strict=True):
+        stop, drawn, _, _ = oracle.run(signs, allowed_failures=1)
+        stops.add(stop)
+        assert (stats.stop, stats.spent) == (stop, 2 * drawn), signs
+        assert v.accepted == (stop == "accept") and v.incomplete == (stop == "incomplete")
+        lost = sum(s is None for s in signs[:drawn])
+        assert (v.pre_count, v.post_count, v.failed_continuations) == (drawn - lost, drawn, lost)
+    assert {"accept", "futile", "budget", "curtailed", "incomplete"} <= stops
