@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from fractions import Fraction
 from functools import cache
 
@@ -251,6 +253,24 @@ def playing(config: ProverConfig, pre: Sequence[int | None], post: Sequence[int 
 Cases = Sequence[tuple[Sequence[int | None], Sequence[int | None]]]
 
 
+@contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Fail, instead of hanging, when the code under test loops for ever (a round that draws no pair, say): the
+    alarm interrupts even a loop that never yields to the event loop, and rings again every second after the
+    deadline, for every verification of the batch that enters the same loop."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s: an endless loop?")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_all(config: ProverConfig, cases: Cases, direction: str) -> list:  # type: ignore[type-arg]
     async def go() -> list:  # type: ignore[type-arg]
         return await asyncio.gather(
@@ -260,7 +280,8 @@ def run_all(config: ProverConfig, cases: Cases, direction: str) -> list:  # type
             )
         )
 
-    return asyncio.run(go())
+    with deadline(60):  # each call takes a few seconds
+        return asyncio.run(go())
 
 
 @pytest.mark.parametrize(
