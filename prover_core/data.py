@@ -40,13 +40,13 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 def as_binary(value: Any, what: str = "success") -> bool:
     """``value`` as a binary reward: ``0``/``1``, ``0.0``/``1.0``, ``False``/``True`` (numpy's too).
 
-    Anything else (``2``, ``-1``, ``0.5``, NaN, ``None``, ``"False"``) raises ``ValueError``: a
-    non-binary value must never count as a success.
+    Anything else (``2``, ``-1``, ``0.5``, NaN, ``None``, ``"False"``, ``b"1"``: strings and byte strings even
+    where ``float`` reads them) raises ``ValueError``: a non-binary value must never count as a success.
     """
     problem = f"{what} must be a binary reward (0/1 or bool), got {value!r} ({type(value).__name__})"
     if isinstance(value, bool | np.bool_):
         return bool(value)
-    if isinstance(value, str | bytes) or value is None:
+    if isinstance(value, str | bytes | bytearray | memoryview) or value is None:
         raise ValueError(problem)
     try:
         number = float(value)  # ints, numpy and torch scalars

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import NoReturn
 
 import pytest
 from hypothesis import settings
@@ -17,6 +20,32 @@ from prover_core import Trajectory, Turn
 # No per-example deadline: the suite runs on a shared 2-core machine, and speed is measured in benchmarks.
 settings.register_profile("prover", deadline=None)
 settings.load_profile("prover")
+
+EXPECTED_SKIPS: tuple[str, ...] = (
+    "no llama-server",  # the real-server tests: scripts/test-real-model, scripts/test-llm-judge start one
+    "no real LLM server",
+    "a slow block",  # the docs' slow install recipes: scripts/test-doc-commands
+    "a slow figure",  # the docs' figures whose commands take minutes: scripts/test-doc-commands
+    "fidelity:",  # no real-model or real-judge pass recorded on the current engine or judge code (tests/fidelity.py)
+)
+"""Reason prefixes of the only skips allowed under ``PROVER_REQUIRE_HOSTS=1``: what CI cannot run by design."""
+
+
+def skip(reason: str, *, allow_module_level: bool = False) -> NoReturn:
+    """The one way a test skips: ``pytest.skip(reason)``, except that under ``PROVER_REQUIRE_HOSTS=1`` (CI) a skip
+    whose reason does not start with one of :data:`EXPECTED_SKIPS` fails instead, so that no test vanishes
+    silently (``scripts/test`` also lists the skipped tests and compares them with ``tests/expected-skips.txt``)."""
+    if os.environ.get("PROVER_REQUIRE_HOSTS") == "1" and not reason.startswith(EXPECTED_SKIPS):
+        pytest.fail(f"unexpected skip under PROVER_REQUIRE_HOSTS=1: {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=allow_module_level)
+
+
+def importorskip(module: str, reason: str | None = None) -> ModuleType:
+    """``module`` imported, else a :func:`skip` (a failure under ``PROVER_REQUIRE_HOSTS=1``)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        skip(f"{module} is not installed ({exc}){f': {reason}' if reason else ''}", allow_module_level=True)
 
 
 def make_trajectory(
@@ -50,7 +79,7 @@ def group_one_success() -> list[Trajectory]:
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """A real local Ray with 2 CPUs, started once per test module (reused if another test started one)."""
-    ray = pytest.importorskip("ray")
+    ray = importorskip("ray")
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

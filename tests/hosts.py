@@ -1,24 +1,16 @@
 """Importing a host library (TRL, verl, OpenRLHF, gymnasium, ...) in tests.
 
 Outside CI a missing host skips its tests with the reason; with ``PROVER_REQUIRE_HOSTS=1`` (set by
-``.ci/run``) a missing host is an error, so CI never passes by skipping.
+``.ci/run``, through ``scripts/test``) a missing host is an error, so CI never passes by skipping
+(:func:`tests.conftest.skip`).
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from types import ModuleType
 
-import pytest
+from tests.conftest import importorskip
 
 
 def require_host(module: str) -> ModuleType:
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        if os.environ.get("PROVER_REQUIRE_HOSTS") == "1":
-            raise
-        pytest.skip(
-            f"{module} is not installed ({exc}); PROVER_REQUIRE_HOSTS=1 makes this an error", allow_module_level=True
-        )
+    return importorskip(module, "PROVER_REQUIRE_HOSTS=1 makes this an error")

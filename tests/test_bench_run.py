@@ -15,6 +15,7 @@ from prover_bench.training import run_training, train
 from prover_core.cli import main
 from prover_core.data import Trajectory
 from prover_core.judges import RandomJudge
+from tests.conftest import importorskip
 
 TINY = Settings(
     accuracy_batches=1,
@@ -43,7 +44,7 @@ def test_run_bench_writes_tables_json_and_plots(tmp_path: Path) -> None:
     assert set(data["accuracy"]) == {"key", "two-keys", "key+ford", "late-key", "hidden-key"}
     assert [t["batch_size"] for t in data["overhead"]["batch"]] == [16, 128]
     assert len(data["training"]["key"][0]["mean"]) == TINY.training_steps + 1
-    pytest.importorskip("matplotlib")
+    importorskip("matplotlib")
     assert len(data["neural"]["ProVer, rule judge"]["0.1"]) == 2 and set(data["neural_free_sample_bias"]) == {
         "pre",
         "post",

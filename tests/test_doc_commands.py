@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import skip
 from tests.doc_commands import (
     ROOT,
     TORCH_CPU_INDEX,
@@ -98,9 +99,7 @@ def test_an_install_command_in_the_text_resolves(page: str, command: str, tmp_pa
 def need_uv() -> str:
     found = uv()
     if found is None:
-        if os.environ.get("PROVER_REQUIRE_HOSTS") == "1":
-            pytest.fail("uv is needed to run the docs' commands (scripts/test bootstraps it into .venvs/uv)")
-        pytest.skip("uv not found")
+        skip("uv not found: it runs the docs' commands (scripts/test bootstraps it into .venvs/uv)")
     return found
 
 
@@ -140,7 +139,7 @@ UNIQUE = list({b.text: b for b in reversed(BLOCKS) if b.kind != "notest"}.values
 def test_the_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     """(A block repeated word for word on two pages runs once, under its first page's name.)"""
     if block.kind == "slow" and not RUN_ALL:
-        pytest.skip("a slow block: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
+        skip("a slow block: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
     env = clean_env(need_uv())
     done = subprocess.run(
         ["bash", "-c", script(block, tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
@@ -167,7 +166,7 @@ def env_python(name: str) -> Path | None:
 def printed_by(env: str, *command: str) -> str:
     python = env_python(env) if env != "core" else Path(sys.executable)
     if python is None:
-        pytest.skip(f"no {env} environment (PROVER_HOSTS={env} ./scripts/test --co -q builds it)")
+        skip(f"no {env} environment (PROVER_HOSTS={env} ./scripts/test --co -q builds it)")
     paths = [ROOT, ROOT / "benchmarks", *([ROOT / "adapters" / env] if env != "core" else [])]
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     done = subprocess.run([str(python), *command], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=3600)
@@ -187,7 +186,7 @@ def said(pattern: str) -> re.Match[str]:
 def test_the_overlap_schedules_extra_turns_are_what_verify_latency_prints() -> None:
     """The README's "a median 11.5% more policy turns ... `python benchmarks/verify_latency.py`" (about 3 minutes)."""
     if not RUN_ALL:
-        pytest.skip("a slow figure: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
+        skip("a slow figure: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
     claim = said(
         r"spends a median ([\d.]+)% more policy turns than it on the tabular suite, "
         r"`python benchmarks/verify_latency.py`"
@@ -203,7 +202,7 @@ def test_the_trl_step_ratio_is_what_trl_step_prints() -> None:
     --size small --steps 7 --arms grpo,prover`" (minutes, the TRL environment). A ratio of wall times moves with
     the machine's load: the printed one must lie in the stated range, widened by 0.1 either side for that noise."""
     if not RUN_ALL:
-        pytest.skip("a slow figure: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
+        skip("a slow figure: runs with PROVER_DOC_COMMANDS=all (scripts/test-doc-commands)")
     claim = said(
         r"costs ([\d.]+)-([\d.]+)x a stock `GRPOTrainer` step with an 8M-parameter model "
         r"on a quiet 2-core machine \(`python benchmarks/trl_step.py --size small --steps 7 --arms grpo,prover`"

@@ -15,9 +15,10 @@ from prover_core import DivergenceJudge, ProverConfig, SnapshotEnv, Trajectory, 
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.errors import ContinuationTimeoutError, WorkerLostError
 from prover_core.executors import RayExecutor
+from tests.conftest import importorskip
 from tests.verify_support import BATCH, Forever, make_restorable_env, plain, same_bonus
 
-ray = pytest.importorskip("ray")
+ray = importorskip("ray")
 
 
 @pytest.mark.parametrize(("sampling", "delta_of"), [("fixed", "states"), ("adaptive", "states"), ("fixed", "choices")])

@@ -42,7 +42,7 @@ from prover_bench.tabular import Sampler, compile_mdp, value_table
 from prover_core import Proposal, ProverConfig, Segment, SegmentRules, Trajectory
 from prover_core.cli import main
 from prover_core.data import Outcome
-from tests.conftest import make_trajectory
+from tests.conftest import importorskip, make_trajectory
 
 # A one-turn gamble: action "0" wins for sure, "1" wins with probability 0.3, "2" loses; horizon 1.
 GAMBLE = TableMDP(
@@ -152,7 +152,7 @@ def test_corridor_pivots_are_taking_the_item_where_it_lies() -> None:
 
 
 def test_gym_tables_keep_gymnasiums_transitions() -> None:
-    pytest.importorskip("gymnasium")
+    importorskip("gymnasium")
     lake = gym_table("FrozenLake-v1", 10, lambda r: r > 0, is_slippery=True)
     # state 14 (next to the goal 15), action 2 (right): slips up, right or down with 1/3 each; right wins
     outcomes = lake.transitions(14, "2")

@@ -18,6 +18,7 @@ import pytest
 
 from prover_core import Decline, JudgeError, Proposal, SegmentRules, Trajectory, Turn, compute_bonus
 from prover_core.judges.llm import LLMJudge
+from tests.conftest import skip
 
 pytestmark = pytest.mark.real_llm
 
@@ -26,7 +27,7 @@ MODEL = os.environ.get("PROVER_LLM_MODEL", "smollm2")
 if not URL:
     if os.environ.get("PROVER_REQUIRE_LLM") == "1":
         raise RuntimeError("PROVER_REQUIRE_LLM=1 but PROVER_LLM_URL is not set (run scripts/test-llm-judge)")
-    pytest.skip("no real LLM server: PROVER_LLM_URL is not set (scripts/test-llm-judge)", allow_module_level=True)
+    skip("no real LLM server: PROVER_LLM_URL is not set (scripts/test-llm-judge)", allow_module_level=True)
 
 RULES = SegmentRules(max_turns=2)
 

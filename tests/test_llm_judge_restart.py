@@ -23,6 +23,7 @@ import pytest
 
 from prover_core import ProverConfig, compute_bonus
 from prover_core.judges.llm import LLMJudge
+from tests.conftest import skip
 from tests.test_llm_judge import make_group
 
 pytestmark = pytest.mark.real_llm
@@ -32,7 +33,7 @@ MODEL = os.environ.get("LLAMA_MODEL", "")
 if not (BIN and Path(BIN).is_file() and MODEL and Path(MODEL).is_file()):
     if os.environ.get("PROVER_REQUIRE_LLM") == "1":
         raise RuntimeError("PROVER_REQUIRE_LLM=1 but LLAMA_SERVER / LLAMA_MODEL do not name files")
-    pytest.skip("no llama-server binary and model (LLAMA_SERVER, LLAMA_MODEL)", allow_module_level=True)
+    skip("no llama-server binary and model (LLAMA_SERVER, LLAMA_MODEL)", allow_module_level=True)
 
 JUDGE_LIMIT_S = 120.0
 SERVER_ARGS = ("-t", "1", "-c", "8192", "-np", "4", "--jinja")

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 import prover_core
+from tests.conftest import importorskip
 
 ROOT = Path(__file__).resolve().parents[1]
 
-hatchling_build = pytest.importorskip("hatchling.build", reason="the dev extra installs hatchling")
+hatchling_build = importorskip("hatchling.build", reason="the dev extra installs hatchling")
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,11 @@ from prover_core import DivergenceJudge, compute_bonus
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.errors import ProtocolError, ResourceError
 from prover_core.executors import RayExecutor
+from tests.conftest import importorskip
 from tests.verify_support import BATCH
 from tests.verify_support import make_restorable_env as make_env
 
-ray = pytest.importorskip("ray")
+ray = importorskip("ray")
 
 
 def plain_env() -> MDPEnv:

@@ -10,7 +10,7 @@ import pytest
 from prover_core import Decline, Outcome, Proposal, ProverConfig, Segment, SegmentRules, Trajectory, compute_bonus
 from prover_core.text import shorten
 from prover_core.view import credit_view, plot_credit, render_credit
-from tests.conftest import make_trajectory
+from tests.conftest import importorskip, make_trajectory
 
 LONG = "You are in a kitchen. " * 6 + "A fridge hums."
 # g-win: w0 succeeds (1 of 4). g-decline: d0 succeeds (1 of 4), the judge declines.
@@ -96,7 +96,7 @@ def test_the_text_is_short_lines_with_observations_cut_at_words() -> None:
 
 
 def test_the_plot_draws_the_advantage_and_the_bonus_on_top(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="plot_credit needs matplotlib (the bench extra)")
+    importorskip("matplotlib", reason="plot_credit needs matplotlib (the bench extra)")
     r = result()
     fig = plot_credit(r, "w0", tmp_path / "credit.png")
     assert (tmp_path / "credit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import skip
 from tests.hosts import require_host
 
 require_host("openrlhf")
@@ -162,7 +163,7 @@ def trajectory_of(result: dict[str, Any], i: int) -> Any:
 def cluster() -> Any:
     """Ray as the launcher starts it, the launcher's create_vllm_engines wrapper, then OpenRLHF's engines."""
     if ray.is_initialized():
-        pytest.skip("Ray is already running in this process")
+        skip("Ray is already running in this process")
     launch.start_ray(
         f"{__name__}:make_setup",
         hook="tests.adapters.openrlhf_stand_in.worker_setup",

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import skip
 from tests.hosts import require_host
 
 require_host("openrlhf")
@@ -85,7 +86,7 @@ def trainer_side(estimator: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def ray_cluster() -> Any:
     if ray.is_initialized():
-        pytest.skip("Ray is already running in this process")
+        skip("Ray is already running in this process")
     store = launch.start_ray(
         f"{__name__}:make_setup",
         hook="prover_openrlhf.cpu.cpu_worker_setup",

@@ -1,8 +1,8 @@
 """The LLM-shaped benchmark's torch parts (``prover bench --only llm``): transformer cache, loss, BC start.
 
 In tests/adapters/ under a ``test_trl_`` name so that ``./scripts/test`` runs it in the TRL environment,
-which has CPU torch; elsewhere it is skipped (``pytest.importorskip``). The torch-free parts are in
-tests/test_bench_llm.py.
+which has CPU torch; elsewhere it is skipped (``tests.conftest.importorskip``: a failure under
+``PROVER_REQUIRE_HOSTS=1``). The torch-free parts are in tests/test_bench_llm.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.conftest import importorskip
+
+torch = importorskip("torch")
 
 from prover_bench.llm import engine as E  # noqa: E402
 from prover_bench.llm import model as M  # noqa: E402

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip
 from tests.hosts import require_host
 
 require_host("verl")
@@ -85,7 +86,7 @@ def test_the_plugin_registers_provers_v1_trainers_agent_loop_and_start_up_guard(
 def test_the_installed_prover_core_declares_the_entry_point() -> None:
     declared = [ep for ep in entry_points(group="verl.plugins") if ep.value == "prover_verl.plugin"]
     if not declared:
-        pytest.skip("prover-core's metadata has no verl.plugins entry point (pyproject lacks it, or not reinstalled)")
+        skip("prover-core's metadata has no verl.plugins entry point (pyproject lacks it, or not reinstalled)")
     assert declared[0].name == "prover"
 
 
