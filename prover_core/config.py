@@ -163,5 +163,11 @@ class ProverConfig(BaseModel):
         return -(-3 * self.k // 2) if self.adaptive_max_k is None else self.adaptive_max_k
 
     @property
-    def debit_lam(self) -> float:
+    def effective_negative_lam(self) -> float:
+        """The lambda negative credit uses: ``negative_lam``, or ``lam`` when it is unset."""
         return self.lam if self.negative_lam is None else self.negative_lam
+
+    @property
+    def debit_lam(self) -> float:
+        """Former name of :attr:`effective_negative_lam` (negative credit has one name); read that instead."""
+        return self.effective_negative_lam

@@ -12,6 +12,7 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
         JudgeError
             JudgeUnsupportedError
             JudgeTimeoutError
+            JudgeRefusedError
             JudgeAnswerTooLargeError [AnswerTooLargeError]
         RestoreError
             ReplayMismatchError
@@ -33,9 +34,12 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
             MissingReseedError [ValueError]
             ResourceError [ValueError]
             CredentialError
+        _ToolError
 
 A :class:`ContinuationError` is counted as a failed continuation, never raised out of ``compute_bonus``
-(unless ``ProverConfig.strict``); a :class:`UsageError` is raised at once, never recorded as a skip.
+(unless ``ProverConfig.strict``); a :class:`UsageError` is raised at once, never recorded as a skip. A class
+whose name starts with ``_`` is internal: it never leaves the library (it is caught where it is raised) and is
+not exported.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ __all__ = [
     "InvalidSegmentError",
     "JudgeAnswerTooLargeError",
     "JudgeError",
+    "JudgeRefusedError",
     "JudgeTimeoutError",
     "JudgeUnsupportedError",
     "MissingReseedError",
@@ -196,6 +201,11 @@ class JudgeTimeoutError(JudgeError):
     """A judge did not answer within ``ProverConfig.judge_timeout_s`` seconds."""
 
 
+class JudgeRefusedError(JudgeError):
+    """A judge request that was not sent: the LLM judge's circuit is open or the step's budget
+    (``LLMJudgeConfig.max_calls_per_step``, ``max_tokens_per_step``) is spent."""
+
+
 class ThreadsExhaustedError(ProverError, RuntimeError):
     """Too many threads of synchronous user code (an environment's continuations, a judge's ``propose``) abandoned at
     their time limit are still blocked in one call: prover-core refuses to start another for it until they end
@@ -226,6 +236,11 @@ class CredentialError(UsageError):
 
 class ResourceError(UsageError, ValueError):
     """An executor asks for more than is available (more Ray workers than CPUs, ...)."""
+
+
+class _ToolError(ProverError):
+    """A tool call the LLM judge cannot run: unknown tool or arguments that are not a JSON object. Internal: the
+    conversation that called the tool hands its message back to the model as the tool's result."""
 
 
 def _type(value: object) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prover_core import Decline, JudgeError, Proposal, SegmentRules, Trajectory, Turn, compute_bonus
+from prover_core import Decline, JudgeError, JudgeRefusedError, Proposal, SegmentRules, Trajectory, Turn, compute_bonus
 from prover_core.judges.llm import LLMJudge
 from tests.chat_server import ChatServer, Reply, answer, completion
 
@@ -290,7 +290,7 @@ def test_circuit_opens_after_repeated_failed_requests_and_new_step_closes_it() -
                 run(judge)  # 2 failed attempts: one failed request
         with pytest.raises(JudgeError, match=r"failed after 2 attempt.*circuit open"):
             run(judge)  # the third failed request opens the circuit
-        with pytest.raises(JudgeError, match="circuit open"):
+        with pytest.raises(JudgeRefusedError, match="circuit open"):
             run(judge)  # refused without a request
         assert len(server.requests) == 6 and judge.stats()["circuit_open"] == 1
         assert judge.stats()["calls"] == 6 and judge.stats()["retries"] == 3
@@ -305,7 +305,7 @@ def test_budget_caps_per_step() -> None:
     script = [answer(4, 4, usage=(600, 100)), answer(1, 1, usage=(600, 100))]
     with ChatServer(script) as server:
         judge = judge_for(server, max_calls_per_step=1)
-        with pytest.raises(JudgeError, match="budget exhausted: 1 calls per step"):
+        with pytest.raises(JudgeRefusedError, match="budget exhausted: 1 calls per step"):
             run(judge)  # the repair would need a second call
         assert len(server.requests) == 1
         judge.new_step()
@@ -314,7 +314,7 @@ def test_budget_caps_per_step() -> None:
         tokens = judge_for(server, max_tokens_per_step=1000)
         assert isinstance(run(tokens), Proposal)  # 700 tokens before the repair (< 1000), 1400 after
         assert tokens.stats()["calls"] == 2
-        with pytest.raises(JudgeError, match="budget exhausted: 1400 of 1000 tokens"):
+        with pytest.raises(JudgeRefusedError, match="budget exhausted: 1400 of 1000 tokens"):
             run(tokens)
         assert len(server.requests) == 2
 

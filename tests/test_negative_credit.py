@@ -79,6 +79,13 @@ def test_negative_credit_by_hand() -> None:
     assert m["continuations"] == 16
 
 
+def test_the_lambda_of_negative_credit_defaults_to_lam() -> None:
+    assert ProverConfig(lam=0.25).effective_negative_lam == 0.25
+    assert ProverConfig(lam=0.25, negative_lam=0.5).effective_negative_lam == 0.5
+    assert ProverConfig(lam=0.25, negative_lam=0.0).effective_negative_lam == 0.0  # 0 is a value, not "unset"
+    assert ProverConfig(lam=0.25, negative_lam=0.5).debit_lam == 0.5  # its former name
+
+
 def test_no_drop_no_negative_credit() -> None:
     cfg = ProverConfig(negative_credit=True)
     result = compute_bonus(batch(), judge=DivergenceJudge(), continue_from=lambda t, turn, s: True, config=cfg)

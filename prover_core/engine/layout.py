@@ -20,6 +20,8 @@ from prover_core.engine.protocol import Generation
 from prover_core.engine.tokens import TokenSequence
 from prover_core.errors import TokenRecordError
 
+__all__ = ["CloseAction", "check_record", "close_turn", "no_close"]
+
 CloseAction = Callable[[Generation], Sequence[int]]
 """The ids the rollout appends right after a generated action (before the observation's ids)."""
 

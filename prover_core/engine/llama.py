@@ -73,9 +73,11 @@ from typing import Annotated, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from prover_core.engine.openai import EngineCallStats, LogProb, OpenAICompletionsEngine
+from prover_core.engine.openai import EngineCallStats, LogProb, OpenAICompletionsEngine, TokenId
 from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineResponseError
+
+__all__ = ["NEUTRAL", "SAMPLER_CHAIN", "LlamaCompletion", "LlamaServerEngine", "SlotRouter", "slot_changed"]
 
 SAMPLER_CHAIN = ("penalties", "temperature", "top_k", "top_p", "min_p")
 """The llama.cpp samplers that SamplingParams models, in transformers'/vLLM's order (then ``dist``)."""
@@ -92,7 +94,6 @@ NEUTRAL = {
 _FINISH = {"eos": "stop", "word": "stop", "limit": "length"}
 logger = logging.getLogger(__name__)
 _LAX = ConfigDict(extra="ignore")
-TokenId = Annotated[int, Field(strict=True, ge=0)]
 
 
 class LlamaTokenProb(BaseModel):
@@ -309,7 +310,7 @@ class LlamaServerEngine(OpenAICompletionsEngine):
                     "with --cache-ram on?",
                     self.endpoint,
                     parsed.tokens_cached,
-                    expected_cached(parsed),
+                    _expected_cached(parsed),
                 )
         text = b"".join(pieces).decode("utf-8", errors="replace") if pieces is not None else parsed.content
         finish = _FINISH.get(parsed.stop_type or "", parsed.stop_type)
@@ -332,7 +333,7 @@ class LlamaServerEngine(OpenAICompletionsEngine):
         )
 
 
-def expected_cached(answer: LlamaCompletion) -> int | None:
+def _expected_cached(answer: LlamaCompletion) -> int | None:
     """The tokens a slot holds after this request: its prompt and output but the last sampled token (never
     evaluated), ``tokens_evaluated + tokens_predicted - 1``; ``None`` when a count is missing or nothing was
     generated."""
@@ -341,9 +342,10 @@ def expected_cached(answer: LlamaCompletion) -> int | None:
 
 
 def slot_changed(answer: LlamaCompletion) -> bool:
-    """Whether the slot did not end holding :func:`expected_cached` tokens: its KV cache was replaced while it
-    generated (see the module doc). ``False`` when a count is missing or nothing was generated."""
-    expected = expected_cached(answer)
+    """Whether the slot did not end holding ``tokens_evaluated + tokens_predicted - 1`` tokens (its prompt and
+    output but the last sampled token): its KV cache was replaced while it generated (see the module doc).
+    ``False`` when a count is missing or nothing was generated."""
+    expected = _expected_cached(answer)
     return answer.tokens_cached is not None and expected is not None and answer.tokens_cached != expected
 
 

@@ -72,10 +72,12 @@ from prover_core.errors import (
 )
 from prover_core.redaction import read_key
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
-ANSWER_BASE_BYTES = 64 * 1024
-ANSWER_TOKEN_BYTES = 1024
-"""An answer may take ``ANSWER_BASE_BYTES + ANSWER_TOKEN_BYTES`` per token of prompt and ``max_tokens`` (at most
+__all__ = ["EngineCallStats", "LogProb", "OpenAICompletionsEngine", "TokenId", "check_logprob"]
+
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_ANSWER_BASE_BYTES = 64 * 1024
+_ANSWER_TOKEN_BYTES = 1024
+"""An answer may take ``_ANSWER_BASE_BYTES + _ANSWER_TOKEN_BYTES`` per token of prompt and ``max_tokens`` (at most
 ``max_answer_bytes``): :meth:`OpenAICompletionsEngine.answer_cap`."""
 _RESERVED = frozenset(
     {"model", "prompt", "n", "stream", "max_tokens", "seed", "stop_token_ids", *SamplingParams().distribution()}
@@ -85,6 +87,7 @@ _TOKEN_ID = re.compile(r"token_id:(\d+)")
 _LAX = ConfigDict(extra="ignore")
 Answer = TypeVar("Answer", bound=BaseModel)
 TokenId = Annotated[int, Field(strict=True, ge=0)]
+"""A token id in a server's answer: a non-negative ``int`` (a bool, float or string is refused)."""
 
 
 def check_logprob(value: float) -> float:
@@ -215,7 +218,7 @@ class OpenAICompletionsEngine:
         self.max_answer_bytes = max_answer_bytes
         self.retry = RetryPolicy(
             max_attempts=max_attempts,
-            statuses=RETRY_STATUSES,
+            statuses=_RETRY_STATUSES,
             server_errors=False,
             retry_timeouts=False,
             backoff_initial_s=backoff_s,
@@ -306,7 +309,7 @@ class OpenAICompletionsEngine:
         """The bytes an answer may take: ``min(max_answer_bytes, 64 KiB + 1 KiB * (prompt_tokens + max_tokens))``,
         far more than any server needs for the ids, logprobs and text of ``max_tokens`` tokens (and an echo of the
         prompt), so a server answering millions of ids for a few tokens is stopped before they are read."""
-        return min(self.max_answer_bytes, ANSWER_BASE_BYTES + ANSWER_TOKEN_BYTES * (prompt_tokens + max_tokens))
+        return min(self.max_answer_bytes, _ANSWER_BASE_BYTES + _ANSWER_TOKEN_BYTES * (prompt_tokens + max_tokens))
 
     async def _attempt(self, pool: LoopPool, body: dict[str, Any], cap: int) -> Generation:
         async with pool.client() as client:

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from prover_core._aio import resolve
 from prover_core.engine.protocol import Generation
 
+__all__ = ["ParityMonitor", "ParitySample", "ParityStats", "kl_above", "merge_metrics"]
+
 logger = logging.getLogger(__name__)
 
 ScoreFn = Callable[[Sequence[int], Sequence[int]], Sequence[float] | Awaitable[Sequence[float]]]

@@ -36,6 +36,8 @@ from prover_core.errors import ContextLengthError, EngineError, EngineTimeoutErr
 from prover_core.protocols import PolicyContext
 from prover_core.restore import observations_equal
 
+__all__ = ["EnginePolicy", "action_seed"]
+
 
 def action_seed(seed: int, j: int) -> int:
     """The engine seed of the ``j``-th action of a continuation with ``seed`` (31 bits, stable)."""

@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+__all__ = ["Generation", "SamplingParams", "TokenEngine"]
+
 
 @dataclass(frozen=True)
 class SamplingParams:

@@ -20,6 +20,8 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 
+__all__ = ["PrefixGate"]
+
 
 class PrefixGate:
     """At most ``limit`` holders at once; a freed slot goes to a waiter whose key is in flight or was admitted last.

@@ -38,6 +38,8 @@ from prover_core.engine.openai import OpenAICompletionsEngine, TokenId, check_lo
 from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineResponseError
 
+__all__ = ["SGLangEngine"]
+
 _LAX = ConfigDict(extra="ignore")
 _SAMPLING = frozenset({"max_new_tokens", "sampling_seed", "stop_token_ids", "n", *SamplingParams().distribution()})
 

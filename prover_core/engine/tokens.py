@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from prover_core.data import Trajectory
 from prover_core.errors import TokenRecordError
 
+__all__ = ["TokenSequence", "TokenStore"]
+
 
 @dataclass(frozen=True)
 class TokenSequence:

@@ -21,6 +21,16 @@ from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 from prover_core.judges.llm.prompt import ActionCheck, clip
 
+__all__ = [
+    "JudgeAnswer",
+    "admissible_segments",
+    "answer_schema",
+    "check_answer",
+    "describe_admissible",
+    "fenced_blocks",
+    "parse_answer",
+]
+
 
 class JudgeAnswer(BaseModel):
     """``{"failure_mode", "start_turn", "end_turn", "rationale"}``; both turns ``null`` means decline.
@@ -37,7 +47,7 @@ class JudgeAnswer(BaseModel):
     rationale: str = ""
 
 
-ANSWER_SCHEMA: dict[str, Any] = {  # the shape; answer_schema() adds the turn bounds of one group
+_ANSWER_SCHEMA: dict[str, Any] = {  # the shape; answer_schema() adds the turn bounds of one group
     "type": "object",
     "properties": {
         "failure_mode": {"type": "string"},
@@ -57,16 +67,16 @@ def admissible_segments(success: Trajectory, rules: SegmentRules, check: ActionC
 
 
 def answer_schema(success: Trajectory, rules: SegmentRules, check: ActionCheck, allow_decline: bool) -> dict[str, Any]:
-    """:data:`ANSWER_SCHEMA` with ``start_turn``/``end_turn`` restricted to the turns admissible segments use."""
+    """The answer's JSON schema with ``start_turn``/``end_turn`` restricted to the turns admissible segments use."""
     segments = admissible_segments(success, rules, check)
     null: list[int | None] = [None] if allow_decline else []
     starts = sorted({s for s, _ in segments})
     ends = sorted({e for _, e in segments})
     kind: str | list[str] = ["integer", "null"] if allow_decline else "integer"
-    properties = dict(ANSWER_SCHEMA["properties"])
+    properties = dict(_ANSWER_SCHEMA["properties"])
     properties["start_turn"] = {"type": kind, "enum": [*starts, *null]}
     properties["end_turn"] = {"type": kind, "enum": [*ends, *null]}
-    return {**ANSWER_SCHEMA, "properties": properties}
+    return {**_ANSWER_SCHEMA, "properties": properties}
 
 
 def describe_admissible(success: Trajectory, rules: SegmentRules, check: ActionCheck, limit: int = 40) -> str:
@@ -84,7 +94,7 @@ def describe_admissible(success: Trajectory, rules: SegmentRules, check: ActionC
     )
 
 
-FENCE = "```"
+_FENCE = "```"
 
 
 def fenced_blocks(text: str) -> list[str]:
@@ -93,16 +103,16 @@ def fenced_blocks(text: str) -> list[str]:
     of ``str.find`` calls, two per block and one more, so linear in ``text``; the pattern is quadratic in the
     spaces after a fence that never closes."""
     blocks: list[str] = []
-    at = text.find(FENCE)
+    at = text.find(_FENCE)
     while at >= 0:
-        start = at + len(FENCE)
+        start = at + len(_FENCE)
         if text.startswith("json", start):
             start += len("json")
-        end = text.find(FENCE, start)
+        end = text.find(_FENCE, start)
         if end < 0:
             break
         blocks.append(text[start:end].strip())
-        at = text.find(FENCE, end + len(FENCE))
+        at = text.find(_FENCE, end + len(_FENCE))
     return blocks
 
 

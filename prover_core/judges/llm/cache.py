@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+__all__ = ["ResponseCache", "request_key"]
+
 
 def request_key(payload: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of ``payload`` (sorted keys, no whitespace)."""

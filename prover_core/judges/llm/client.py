@@ -55,17 +55,19 @@ from prover_core.connections import (
     parse_retry_after,
     read_capped,
 )
-from prover_core.errors import JudgeAnswerTooLargeError, JudgeError, JudgeUnsupportedError
+from prover_core.errors import JudgeAnswerTooLargeError, JudgeError, JudgeRefusedError, JudgeUnsupportedError
 from prover_core.judges.llm.cache import ResponseCache, request_key
 from prover_core.judges.llm.config import LLMJudgeConfig
-from prover_core.judges.llm.stats import JudgeStats, Refused
+from prover_core.judges.llm.stats import JudgeStats
+
+__all__ = ["ChatClient", "ChatResponse"]
 
 log = logging.getLogger("prover_core.judges.llm")
 
-RETRY_STATUSES = frozenset({408, 409, 429})
+_RETRY_STATUSES = frozenset({408, 409, 429})
 T = TypeVar("T")
 
-UNSUPPORTED = re.compile(
+_UNSUPPORTED = re.compile(
     r"requires? --|not supported|unsupported|does not support|doesn't support|not implemented|"
     r"unknown (?:param|field|argument|key)|unrecognized (?:param|field|argument|key)|extra (?:inputs|fields) "
     r"are not permitted|extra_forbidden",
@@ -87,19 +89,19 @@ _HINTS = (
 )
 
 
-CONTEXT_OVERFLOW = re.compile(
+_CONTEXT_OVERFLOW = re.compile(
     r"exceed_context_size|exceeds the available context|maximum context length|context length", re.IGNORECASE
 )
 """A 4xx body matching this says the prompt does not fit the model's context (llama.cpp, vLLM, SGLang)."""
 
-CONTEXT_HINT = (
+_CONTEXT_HINT = (
     "the judge's prompt does not fit the model's context: give the server more (llama-server: -c, shared by "
     "its -np slots; vLLM: --max-model-len; SGLang: --context-length) or send less (max_trajectory_chars, "
     "max_failures_shown, max_field_chars, max_tokens)"
 )
 
 
-def unsupported_hint(body: str) -> str:
+def _unsupported_hint(body: str) -> str:
     """What to change in the config for an 'unsupported parameter' error body."""
     lowered = body.lower()
     for needle, hint in _HINTS:
@@ -111,7 +113,7 @@ def unsupported_hint(body: str) -> str:
 _LAX = ConfigDict(extra="ignore")
 
 
-def encodable(body: Any) -> bool:
+def _encodable(body: Any) -> bool:
     """Whether ``body``'s strings are valid Unicode (no lone surrogate from a ``"\\ud800"`` escape), so that it can be
     sent back, hashed and cached as UTF-8."""
     try:
@@ -206,7 +208,7 @@ class ChatClient:
         )
         self.retry = RetryPolicy(
             max_attempts=config.max_attempts,
-            statuses=RETRY_STATUSES,
+            statuses=_RETRY_STATUSES,
             server_errors=True,
             retry_timeouts=True,
             backoff_initial_s=config.backoff_initial_s,
@@ -240,11 +242,11 @@ class ChatClient:
     def _read(self, response: httpx.Response, latency: float, key: str) -> ChatResponse:
         """A chat response from an HTTP response, or the exception that says why not."""
         status = response.status_code
-        if status >= 400 and (status == 501 or UNSUPPORTED.search(response.text[:2000])):
+        if status >= 400 and (status == 501 or _UNSUPPORTED.search(response.text[:2000])):
             excerpt = self._body_excerpt(response)
             raise JudgeUnsupportedError(
                 f"chat server {self.config.endpoint} refused the request as unsupported (status {status}: "
-                f"{excerpt}); not retried, it would fail again: {unsupported_hint(excerpt)}"
+                f"{excerpt}); not retried, it would fail again: {_unsupported_hint(excerpt)}"
             )
         if self.retry.retries_status(status):
             raise Retryable(
@@ -254,7 +256,7 @@ class ChatClient:
             )
         if status >= 400:
             excerpt = self._body_excerpt(response)
-            hint = f"; {CONTEXT_HINT}" if CONTEXT_OVERFLOW.search(response.text[:2000]) else ""
+            hint = f"; {_CONTEXT_HINT}" if _CONTEXT_OVERFLOW.search(response.text[:2000]) else ""
             raise JudgeError(f"chat server {self.config.endpoint} answered {status}: {excerpt}{hint}")
         kind = response.headers.get("content-type", "?")
         try:
@@ -265,7 +267,7 @@ class ChatClient:
                 f"chat server {self.config.endpoint} returned a body that is {what} ({kind}): "
                 f"{self._body_excerpt(response)}"
             ) from None
-        if not encodable(body):
+        if not _encodable(body):
             raise JudgeError(
                 f"chat server {self.config.endpoint} returned text that is not valid Unicode (a lone surrogate)"
             ) from None
@@ -336,7 +338,7 @@ class ChatClient:
         if self.cache is None:
             return None
         body = self.cache.get(key)
-        if body is None or not encodable(body):
+        if body is None or not _encodable(body):
             return None
         try:
             parsed = ChatResponse.model_validate(body)
@@ -355,7 +357,7 @@ class ChatClient:
 
     def _request_failed(self, exc: Exception, attempts: int) -> JudgeError:
         """The error of a request that failed after its retries; counts it for the circuit breaker."""
-        if isinstance(exc, Refused):
+        if isinstance(exc, JudgeRefusedError):
             return exc  # not sent: not a failure of the server
         self.stats.request_failed()
         if isinstance(exc, Retryable):

@@ -17,6 +17,8 @@ from prover_core._finite import FINITE
 from prover_core.connections import MAX_ANSWER_BYTES
 from prover_core.redaction import read_key, refuse_url_credentials
 
+__all__ = ["RESERVED_BODY_KEYS", "LLMJudgeConfig"]
+
 Mode = Literal["structured", "agentic"]
 ResponseFormat = Literal["json_schema", "json_object", "none"]
 

@@ -35,13 +35,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from prover_core.data import Decline, Proposal, SegmentRules, Trajectory
-from prover_core.errors import JudgeError
+from prover_core.errors import JudgeError, _ToolError
 from prover_core.judges.llm.answer import answer_schema, check_answer, describe_admissible, parse_answer
 from prover_core.judges.llm.client import ChatResponse
 from prover_core.judges.llm.config import LLMJudgeConfig
 from prover_core.judges.llm.prompt import ActionCheck, clip, system_prompt, user_prompt
 from prover_core.judges.llm.span import span_schema, span_to_segment_text
-from prover_core.judges.llm.tools import TOOL_SPECS, Toolbox, ToolError
+from prover_core.judges.llm.tools import TOOL_SPECS, Toolbox
+
+__all__ = ["Conversation"]
 
 _ANSWER_NOW = "The tool rounds are used up. Answer now with the JSON object only."
 _PROMPT = 2  # the system and user messages, never trimmed
@@ -193,7 +195,7 @@ class Conversation:
                 try:
                     result = self.toolbox.run(call.function.name, call.function.arguments)
                     self.tool_calls += 1
-                except ToolError as exc:
+                except _ToolError as exc:
                     result = f"error: {exc}"
                     problems.append(str(exc))
             result = clip(result, self.config.max_history_chars // 4)

@@ -26,6 +26,8 @@ from prover_core.judges.llm.conversation import Conversation
 from prover_core.judges.llm.prompt import ActionCheck, default_action_error
 from prover_core.judges.llm.stats import JudgeStats
 
+__all__ = ["LLMJudge"]
+
 
 class LLMJudge:
     """A :class:`~prover_core.protocols.Judge` that asks a chat model.

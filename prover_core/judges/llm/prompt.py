@@ -30,6 +30,19 @@ from typing import Any
 from prover_core.data import SegmentRules, Trajectory, Turn
 from prover_core.judges.llm.config import LLMJudgeConfig
 
+__all__ = [
+    "ActionCheck",
+    "as_text",
+    "clip",
+    "default_action_error",
+    "evidence_summary",
+    "middle_out",
+    "render_preview",
+    "render_trajectory",
+    "system_prompt",
+    "user_prompt",
+]
+
 ActionCheck = Callable[[Turn], "str | None"]
 """Returns why a turn's action is malformed or error-producing, or ``None`` when it is valid."""
 
@@ -132,7 +145,7 @@ def render_preview(trajectory: Trajectory, config: LLMJudgeConfig, check: Action
     return f"### {kind} run {trajectory.id!r} ({n} turns, {outcome})\n{_join(blocks)}"
 
 
-SYSTEM_PROMPT = """\
+_SYSTEM_PROMPT = """\
 You are the judge of a credit-assignment method for reinforcement learning of agents.
 You are shown one {examined} run of a task and several {others} runs of the same task.
 1. Diagnose ONE {diagnosis}.
@@ -181,7 +194,7 @@ _ROLES = {
 }
 
 
-def last_end(success: Trajectory, rules: SegmentRules) -> int:
+def _last_end(success: Trajectory, rules: SegmentRules) -> int:
     """The last turn a segment may end on."""
     return rules.last_end(success.num_turns)
 
@@ -189,7 +202,7 @@ def last_end(success: Trajectory, rules: SegmentRules) -> int:
 def system_prompt(success: Trajectory, rules: SegmentRules, config: LLMJudgeConfig) -> str:
     """The instructions; ``success`` is the examined run (the failed one when roles are swapped)."""
     roles = _ROLES[success.success]
-    end = last_end(success, rules)
+    end = _last_end(success, rules)
     final = " (the final turn cannot be chosen)" if end < success.num_turns - 1 else ""
     end_rule = f"end_turn must be at most {end}{final}"
     tools = _TOOLS_TEXT.format(rounds=config.max_tool_rounds, **roles) if config.mode == "agentic" else ""
@@ -197,7 +210,7 @@ def system_prompt(success: Trajectory, rules: SegmentRules, config: LLMJudgeConf
     second = "turns" if span else "end_turn"
     decline = _DECLINE_TEXT.format(second=second, **roles) if config.allow_decline else ""
     answer_line = _SPAN_LINE.format(max_turns=rules.max_turns) if span else _SEGMENT_LINE
-    return SYSTEM_PROMPT.format(
+    return _SYSTEM_PROMPT.format(
         answer_line=answer_line,
         max_turns=rules.max_turns,
         end_rule=end_rule,
@@ -234,14 +247,14 @@ def user_prompt(
     invalid = [t for t, turn in enumerate(success.turns) if check(turn) is not None]
     if config.answer_form == "span":
         parts.append(
-            f"## Your answer\nChoose start_turn within 0..{last_end(success, rules)} of the {roles['examined']} "
+            f"## Your answer\nChoose start_turn within 0..{_last_end(success, rules)} of the {roles['examined']} "
             f"run and turns from 1 to {rules.max_turns} (1 if one decision did it)"
             + (f"; the invalid turns {invalid} are never included" if invalid else "")
             + "."
         )
         return "\n\n".join(parts)
     parts.append(
-        f"## Your answer\nChoose start_turn <= end_turn within 0..{last_end(success, rules)} of the "
+        f"## Your answer\nChoose start_turn <= end_turn within 0..{_last_end(success, rules)} of the "
         f"{roles['examined']} run, at most {rules.max_turns} turns long"
         + (f", not including the invalid turns {invalid}" if invalid else "")
         + "."
@@ -266,7 +279,7 @@ def evidence_summary(
     otherwise is *contradicted*: left out of the list and named after it."""
     from prover_core.judges.choice import ChoiceJudge
 
-    stats = ChoiceJudge().evidence(success, failures, last_end(success, rules), alike)
+    stats = ChoiceJudge().evidence(success, failures, _last_end(success, rules), alike)
     outcome = _ROLES[success.success]["examined"]
     shown = sorted((e for e in stats if e.visited > 0 and not e.contradicted), key=lambda e: (e.p, e.turn))[:limit]
     contradicted = [e.turn for e in stats if e.contradicted]

@@ -22,7 +22,9 @@ from prover_core.data import SegmentRules, Trajectory
 from prover_core.judges.llm.answer import admissible_segments
 from prover_core.judges.llm.prompt import ActionCheck
 
-SPAN_SCHEMA: dict[str, Any] = {
+__all__ = ["span_end", "span_schema", "span_to_segment_text"]
+
+_SPAN_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "failure_mode": {"type": "string"},
@@ -36,14 +38,14 @@ SPAN_SCHEMA: dict[str, Any] = {
 
 
 def span_schema(success: Trajectory, rules: SegmentRules, check: ActionCheck, allow_decline: bool) -> dict[str, Any]:
-    """:data:`SPAN_SCHEMA` with ``start_turn`` an enum of admissible starts and ``turns`` of ``1..max_turns``."""
+    """The span answer's JSON schema: ``start_turn`` an enum of admissible starts, ``turns`` of ``1..max_turns``."""
     starts = sorted({s for s, _ in admissible_segments(success, rules, check)})
     null: list[int | None] = [None] if allow_decline else []
     kind: str | list[str] = ["integer", "null"] if allow_decline else "integer"
-    properties = dict(SPAN_SCHEMA["properties"])
+    properties = dict(_SPAN_SCHEMA["properties"])
     properties["start_turn"] = {"type": kind, "enum": [*starts, *null]}
     properties["turns"] = {"type": kind, "enum": [*range(1, rules.max_turns + 1), *null]}
-    return {**SPAN_SCHEMA, "properties": properties}
+    return {**_SPAN_SCHEMA, "properties": properties}
 
 
 def span_end(start: int, turns: int, success: Trajectory, rules: SegmentRules, check: ActionCheck) -> int | None:

@@ -28,9 +28,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from prover_core.errors import JudgeError
+from prover_core.errors import JudgeRefusedError
 
-COUNTERS = (
+__all__ = ["JudgeStats"]
+
+_COUNTERS = (
     "calls",
     "retries",
     "failed_requests",
@@ -51,8 +53,8 @@ COUNTERS = (
 )
 
 
-class Refused(JudgeError):
-    """A request that was not sent: the circuit is open or the step's budget is spent."""
+Refused = JudgeRefusedError
+"""Former name of :class:`~prover_core.errors.JudgeRefusedError` (kept importable from here)."""
 
 
 class JudgeStats:
@@ -63,8 +65,8 @@ class JudgeStats:
         self.max_tokens = max_tokens
         self.circuit_failures = circuit_failures
         self._lock = threading.Lock()
-        self._step = dict.fromkeys(COUNTERS, 0.0)
-        self._total = dict.fromkeys(COUNTERS, 0.0)
+        self._step = dict.fromkeys(_COUNTERS, 0.0)
+        self._total = dict.fromkeys(_COUNTERS, 0.0)
         self._latency_max = 0.0
         self._consecutive_failures = 0
         self._circuit_open = False
@@ -108,19 +110,21 @@ class JudgeStats:
         return self._circuit_open
 
     def admit(self, retry: bool = False) -> None:
-        """Count one request about to be sent (``retry``: not its first attempt); raise :class:`Refused` if the
-        circuit or the budget says no."""
+        """Count one request about to be sent (``retry``: not its first attempt); raise
+        :class:`~prover_core.errors.JudgeRefusedError` if the circuit or the budget says no."""
         with self._lock:
             if self._circuit_open:
-                raise Refused(
+                raise JudgeRefusedError(
                     f"circuit open: {self.circuit_failures} requests in a row failed (after their retries) in this "
                     "step; no more judge calls until new_step()"
                 )
             if self.max_calls is not None and self._step["calls"] >= self.max_calls:
-                raise Refused(f"judge budget exhausted: {self.max_calls} calls per step")
+                raise JudgeRefusedError(f"judge budget exhausted: {self.max_calls} calls per step")
             tokens = self._step["prompt_tokens"] + self._step["completion_tokens"]
             if self.max_tokens is not None and tokens >= self.max_tokens:
-                raise Refused(f"judge budget exhausted: {int(tokens)} of {self.max_tokens} tokens per step used")
+                raise JudgeRefusedError(
+                    f"judge budget exhausted: {int(tokens)} of {self.max_tokens} tokens per step used"
+                )
             for target in (self._step, self._total):
                 target["calls"] += 1
                 target["retries"] += retry
@@ -128,7 +132,7 @@ class JudgeStats:
     def new_step(self) -> None:
         """Reset the per-step counters, budget and circuit (totals are kept)."""
         with self._lock:
-            self._step = dict.fromkeys(COUNTERS, 0.0)
+            self._step = dict.fromkeys(_COUNTERS, 0.0)
             self._latency_max = 0.0
             self._consecutive_failures = 0
             self._circuit_open = False

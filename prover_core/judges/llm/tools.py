@@ -9,7 +9,7 @@
   of the group, at most ``max_segment_read`` of them, fields clipped to ``max_field_chars``.
 
 A call with bad arguments returns an ``error: ...`` text the model can act on; a call to an unknown
-tool is a protocol violation the caller handles (see :class:`ToolError`).
+tool is a protocol violation the caller handles (see :class:`prover_core.errors._ToolError`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from prover_core.data import Trajectory
+from prover_core.errors import _ToolError
 from prover_core.judges.llm.config import LLMJudgeConfig
 from prover_core.judges.llm.prompt import ActionCheck, as_text, clip
+
+__all__ = ["TOOL_SPECS", "Toolbox"]
 
 TOOL_SPECS: list[dict[str, Any]] = [
     {
@@ -56,13 +59,15 @@ TOOL_SPECS: list[dict[str, Any]] = [
         },
     },
 ]
-TOOL_NAMES = frozenset(spec["function"]["name"] for spec in TOOL_SPECS)
+"""The two tools' OpenAI function specs, sent with each request of the agentic mode while tool rounds remain."""
+
+_TOOL_NAMES = frozenset(spec["function"]["name"] for spec in TOOL_SPECS)
 
 _WORD = re.compile(r"\w+")
 
 
-class ToolError(Exception):
-    """A tool call the judge cannot run: unknown tool or arguments that are not a JSON object."""
+ToolError = _ToolError
+"""A tool call the judge cannot run (:class:`prover_core.errors._ToolError`; internal, kept importable from here)."""
 
 
 def _words(text: str) -> set[str]:
@@ -93,17 +98,17 @@ class Toolbox:
         self.check = check
 
     def run(self, name: str, arguments: str) -> str:
-        """The tool's text result; ``error: ...`` on bad arguments. Raises :class:`ToolError`."""
-        if name not in TOOL_NAMES:
-            raise ToolError(f"unknown tool {name!r}; the tools are {sorted(TOOL_NAMES)}")
+        """The tool's text result; ``error: ...`` on bad arguments. Raises :class:`~prover_core.errors._ToolError`."""
+        if name not in _TOOL_NAMES:
+            raise _ToolError(f"unknown tool {name!r}; the tools are {sorted(_TOOL_NAMES)}")
         try:
             args = json.loads(arguments or "{}")
         except json.JSONDecodeError as exc:
-            raise ToolError(f"the arguments of {name} are not valid JSON: {exc.msg}") from None
+            raise _ToolError(f"the arguments of {name} are not valid JSON: {exc.msg}") from None
         except RecursionError:
-            raise ToolError(f"the arguments of {name} nest JSON too deeply") from None
+            raise _ToolError(f"the arguments of {name} nest JSON too deeply") from None
         if not isinstance(args, dict):
-            raise ToolError(f"the arguments of {name} must be a JSON object")
+            raise _ToolError(f"the arguments of {name} must be a JSON object")
         try:
             if name == "search_trajectory":
                 return self.search(str(args.get("query", "")), _int(args, "k"))
