@@ -867,6 +867,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (out / "pooled.md").write_text(text + "\n")
         print(text)
         return 0
+    if args.rank:  # torch's threads are set in the workers (a report-only run needs no torch)
+        return rank_main(args, REGIMES[args.rank], deadline, cache, out, command)
     threads()
     if args.trace:
         regime = REGIMES[args.trace]
@@ -877,8 +879,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         (out / f"{name}.md").write_text(text + "\n")
         print(text)
         return 0
-    if args.rank:
-        return rank_main(args, REGIMES[args.rank], deadline, cache, out, command)
     pool = Pool(args.workers, deadline)
     try:
         if args.calibrate:

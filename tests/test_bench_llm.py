@@ -727,3 +727,19 @@ def test_the_regime_scripts_start_cache_must_be_a_private_directory(tmp_path: Pa
     with pytest.raises(SystemExit, match="not a private directory"):
         script.private_dir(str(link))
     assert os.access(made, os.W_OK)
+
+
+def test_the_gpu_script_ranks_from_a_copy_of_the_repositorys_seed_files(tmp_path: Path) -> None:
+    """``scripts/gpu-llm-regime --rank --report-only``: the committed seed files are copied to ``$OUT/llm-rank`` (so
+    a bigger machine skips them) and the report is the one ``llm_regime.py --rank R12 --report-only`` prints."""
+    import os
+
+    root = Path(__file__).resolve().parents[1]
+    committed = sorted(p.name for p in (root / "benchmarks" / "results" / "llm-rank").glob("*.json"))
+    env = os.environ | {"PYTHON": sys.executable, "OUT": str(tmp_path)}
+    done = subprocess.run([str(root / "scripts" / "gpu-llm-regime"), "--rank", "--report-only", "--primary-only"],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "llm-rank").glob("*.json")) == committed
+    assert done.stdout.startswith("regime check (fixed lr): ")
+    assert (tmp_path / "llm-rank-report" / "rank-R12.md").read_text() == done.stdout
