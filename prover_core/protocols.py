@@ -8,7 +8,8 @@ of each continuation, one after another unless its ``act`` is ``async`` and over
 
 A judge's optional hooks are declared here too, each checked with ``isinstance``: :class:`OthersJudge` (its
 ``propose`` takes the group's other runs), :class:`PerStepJudge` (``new_step()`` once per ``compute_bonus`` call)
-and :class:`ReportingJudge` (``stats()`` in the report).
+and :class:`ReportingJudge` (``stats()`` in the report). An environment's optional ``close()`` is declared by
+:class:`Closable`.
 
 Stacks that own their agent loop can skip env and policy and hand ``compute_bonus`` a
 :data:`ContinueFn` instead.
@@ -29,6 +30,7 @@ from prover_core.errors import ProtocolError
 
 __all__ = [
     "BatchPolicy",
+    "Closable",
     "ContinueFn",
     "Episode",
     "FunctionPolicy",
@@ -67,6 +69,16 @@ class Episode(Protocol):
     def last(self) -> Step: ...
 
     def step(self, action: Any) -> Step | Awaitable[Step]: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """An optional hook of an environment: ``close()`` releases what it holds (a game process, a window, files).
+
+    The restorers (:class:`~prover_core.restore.ReplayEnv`, :class:`~prover_core.restore.SnapshotEnv`) call it once on
+    every environment they made, when its continuation ends, fails or is dropped; never on one they did not make."""
+
+    def close(self) -> None: ...
 
 
 @runtime_checkable

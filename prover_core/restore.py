@@ -18,6 +18,13 @@ declares itself with a no-op ``reseed``.
 Observations are compared by :func:`observations_equal`: equal, or equal once both are in the form
 JSON gives them (tuples and arrays as lists), so a trajectory loaded from JSON still replays; a NaN
 matches a NaN there (``nan != nan`` would fail every replay of an observation holding one).
+
+A restorer owns the environments it makes (``make_env()`` and the snapshots' copies) and closes each once, when it
+has the optional hook ``close()`` (:class:`~prover_core.protocols.Closable`): a continuation's when its episode ends
+(a ``done`` step) or its ``step`` raises, one that failed to restore at once, and any other (a continuation stopped,
+timed out or cancelled, a snapshot evicted or cleared) when its episode is garbage, or at the latest at the
+restorer's ``close()`` (also a context manager). A ``close()`` that raises is counted in ``close_failures`` and
+logged once, never raised: the continuation's outcome stands.
 """
 
 from __future__ import annotations
@@ -28,16 +35,18 @@ import logging
 import math
 import pickle
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from prover_core.data import Trajectory, json_plain
 from prover_core.errors import MissingReseedError, ProverError, ReplayMismatchError, RestoreError
-from prover_core.protocols import Step
+from prover_core.protocols import Closable, Step
 
 __all__ = [
     "Env",
@@ -71,14 +80,92 @@ class Env(Protocol):
 
 @dataclass
 class LiveEpisode:
-    """An :class:`~prover_core.protocols.Episode` over a plain :class:`Env`."""
+    """An :class:`~prover_core.protocols.Episode` over a plain :class:`Env`.
+
+    ``release`` closes ``env`` (set by the restorer that made it): the episode calls it once its ``step`` ends the
+    episode or raises. Without it (an environment someone else owns) nothing is closed. A copy or an unpickled
+    episode owns nothing.
+    """
 
     env: Env
     last: Step
+    release: Callable[[], object] | None = field(default=None, repr=False, compare=False)
 
     def step(self, action: Any) -> Step:
-        self.last = self.env.step(action)
+        try:
+            self.last = self.env.step(action)
+        except BaseException:
+            self.close()
+            raise
+        if self.last.done:
+            self.close()
         return self.last
+
+    def close(self) -> None:
+        """Close ``env`` if this episode's restorer made it (at most once); leave it open otherwise."""
+        if self.release is not None:
+            self.release()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "release": None}
+
+
+class _Owned:
+    """The environments one restorer made and has not closed yet.
+
+    Each is closed once: when :meth:`own`'s returned function is called, when its holder is garbage, or by
+    :meth:`close_all`. A ``close()`` that raises is counted (``failures``) and logged once, never raised.
+    """
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.failures = 0
+        self._lock = threading.RLock()  # a finalizer may run inside a locked block of the same thread
+        self._open: dict[int, weakref.finalize[Any, Any]] = {}
+        self._count = 0
+
+    def __reduce__(self) -> tuple[type[_Owned], tuple[str]]:
+        return (_Owned, (self.owner,))  # what it holds stays in this process
+
+    def own(self, holder: object, env: Env) -> Callable[[], object] | None:
+        """Close ``env`` once ``holder`` is garbage, or when the returned function is called (``None``: nothing to
+        close, ``env`` has no ``close()``)."""
+        if not isinstance(env, Closable):
+            return None
+        with self._lock:
+            key, self._count = self._count, self._count + 1
+            done = weakref.finalize(holder, self._release, key, env)
+            done.atexit = False
+            self._open[key] = done
+        return done
+
+    def _release(self, key: int, env: Closable) -> None:
+        with self._lock:
+            self._open.pop(key, None)
+        self.close(env)
+
+    def close(self, env: object) -> None:
+        """``env.close()`` when it has one; a raising close is counted and logged (the first time)."""
+        if not isinstance(env, Closable):
+            return
+        try:
+            env.close()
+        except Exception as exc:
+            with self._lock:
+                self.failures += 1
+                first = self.failures == 1
+            if first:
+                logger.warning(
+                    f"{type(env).__name__}.close() raised {type(exc).__name__}: {exc}; the continuation's outcome is "
+                    f"kept. {self.owner}.close_failures counts these (further ones are not logged)."
+                )
+
+    def close_all(self) -> None:
+        """Close every environment still open."""
+        with self._lock:
+            pending = list(self._open.values())
+        for done in pending:
+            done()
 
 
 def observations_equal(expected: Any, got: Any) -> bool:
@@ -150,6 +237,24 @@ class ReplayEnv:
         self.observation_equal = observation_equal
         self.missing_reseed = missing_reseed
         self._warned = False
+        self._owned = _Owned(type(self).__name__)
+
+    @property
+    def close_failures(self) -> int:
+        """How many ``close()`` calls of environments it made raised (each counted, the first logged)."""
+        return self._owned.failures
+
+    def close(self) -> None:
+        """Close every environment it made that is still open (it stays usable)."""
+        self._owned.close_all()
+
+    def __enter__(self) -> ReplayEnv:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
     def reseed(self, env: Env, seed: int) -> None:
         """``env.reseed(seed)``; an environment without it is warned about or refused (``missing_reseed``)."""
@@ -180,11 +285,15 @@ class ReplayEnv:
             )
         try:
             env = self.make_env()
-            step = env.reset(trajectory.reset)
-            for t in range(turn + 1):
-                self._check(trajectory, t, step)
-                if t < turn:
-                    step = env.step(trajectory.turns[t].action)
+            try:
+                step = env.reset(trajectory.reset)
+                for t in range(turn + 1):
+                    self._check(trajectory, t, step)
+                    if t < turn:
+                        step = env.step(trajectory.turns[t].action)
+            except BaseException:
+                self._owned.close(env)
+                raise
         except ProverError:
             raise
         except Exception as exc:  # the user's environment failed: say where
@@ -192,7 +301,13 @@ class ReplayEnv:
                 f"environment raised while restoring trajectory {trajectory.id!r} to turn {turn}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        return LiveEpisode(env=env, last=step)
+        return self.episode(env, step)
+
+    def episode(self, env: Env, last: Step) -> LiveEpisode:
+        """A :class:`LiveEpisode` over ``env``, which this restorer made and will close."""
+        episode = LiveEpisode(env=env, last=last)
+        episode.release = self._owned.own(episode, env)
+        return episode
 
     def _check(self, trajectory: Trajectory, t: int, step: Step) -> None:
         expected = trajectory.turns[t].observation
@@ -204,8 +319,17 @@ class ReplayEnv:
 
     def restore(self, trajectory: Trajectory, turn: int, seed: int) -> LiveEpisode:
         episode = self.replay(trajectory, turn)
-        self.reseed(episode.env, seed)
+        _reseeded(self, episode, seed)
         return episode
+
+
+def _reseeded(replay: ReplayEnv, episode: LiveEpisode, seed: int) -> None:
+    """``replay.reseed(episode.env, seed)``, closing the episode's environment if that raises."""
+    try:
+        replay.reseed(episode.env, seed)
+    except BaseException:
+        episode.close()
+        raise
 
 
 def content_key(trajectory: Trajectory, turn: int) -> str | None:
@@ -227,6 +351,7 @@ class SnapshotEnv:
     bounds the cache (least recently used snapshots are dropped). Snapshots are keyed by
     :func:`content_key`, not by trajectory id, so a trainer that reuses ids across steps never
     restores another episode's state; ``compute_bonus`` also clears the cache at each call.
+    A snapshot dropped from the cache is closed once no restore is copying it; :meth:`close` closes all.
     """
 
     def __init__(
@@ -244,6 +369,24 @@ class SnapshotEnv:
         self._lock = threading.Lock()  # continuations may restore from several threads
 
     content_key = staticmethod(content_key)
+
+    @property
+    def close_failures(self) -> int:
+        """How many ``close()`` calls of environments it made raised (each counted, the first logged)."""
+        return self._replay.close_failures
+
+    def close(self) -> None:
+        """Drop every snapshot and close every environment it made that is still open (it stays usable)."""
+        self.clear()
+        self._replay.close()
+
+    def __enter__(self) -> SnapshotEnv:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
     def snapshot(self, trajectory: Trajectory, turn: int) -> LiveEpisode:
         key = content_key(trajectory, turn)
@@ -267,10 +410,13 @@ class SnapshotEnv:
             env = self.copy_env(snap.env)
         except Exception as exc:
             raise RestoreError(f"could not copy the environment snapshot: {type(exc).__name__}: {exc}") from exc
-        self._replay.reseed(env, seed)
-        return LiveEpisode(env=env, last=snap.last)
+        shared = env is snap.env  # a copy_env that shares: the snapshot owns it
+        episode = LiveEpisode(env=env, last=snap.last) if shared else self._replay.episode(env, snap.last)
+        _reseeded(self._replay, episode, seed)
+        return episode
 
     def clear(self) -> None:
-        """Drop every cached snapshot (``compute_bonus`` does at the start of each call)."""
+        """Drop every cached snapshot (``compute_bonus`` does at the start of each call); each is closed once no
+        restore is copying it."""
         with self._lock:
             self._snapshots.clear()

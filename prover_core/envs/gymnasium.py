@@ -115,8 +115,7 @@ class GymEnv:
 
     def _ensure(self, env_id: str, kwargs: dict[str, Any]) -> Any:
         if self.env is None or self._made != (env_id, kwargs):
-            if self.env is not None:
-                self.env.close()
+            self.close()
             make = self._make or _gymnasium().make
             self.env = make(env_id, **kwargs)
             self._made = (env_id, kwargs)
@@ -169,10 +168,10 @@ class GymEnv:
         self.env.unwrapped.np_random = np.random.default_rng(seed)
 
     def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
-            self._made = None
+        """Close the gymnasium environment, if one is made (the restorers call this on every ``GymEnv`` they made)."""
+        env, self.env, self._made = self.env, None, None
+        if env is not None:
+            env.close()
 
 
 def copy_env(env: Env, share: Sequence[str] = ("P",)) -> GymEnv:

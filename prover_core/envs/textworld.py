@@ -300,10 +300,10 @@ class TextWorldEnv:
         return twin
 
     def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
-            self.path = None
+        """Close the running game, if any (the restorers call this on every ``TextWorldEnv`` they made)."""
+        env, self.env, self.path = self.env, None, None
+        if env is not None:
+            env.close()
 
 
 def _copy(env: Env) -> Env:

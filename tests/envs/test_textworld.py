@@ -182,3 +182,28 @@ def test_game_dir_keeps_a_reset_spec_from_naming_files_outside_it(cooking_game: 
     with pytest.raises(RestoreError, match="not inside game_dir"):
         replay_env(game_dir=tmp_path / "games").restore(record(cooking_game, 0.0, 1), 1, seed=0)
     env.close()
+
+
+@pytest.mark.parametrize("restorer", ["replay", "snapshot"])
+def test_restorers_close_the_games_they_start(
+    cooking_game: GameFile, restorer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restored game is closed when its episode ends; a snapshot's when the restorer is closed."""
+    t = record(cooking_game, epsilon=0.3, seed=5)
+    closed: list[Any] = []
+    close = TextWorldEnv.close
+
+    def counting(self: TextWorldEnv) -> None:
+        if self.env is not None:
+            closed.append(self.env)
+        close(self)
+
+    monkeypatch.setattr(TextWorldEnv, "close", counting)
+    with replay_env(max_steps=MAX_STEPS) if restorer == "replay" else snapshot_env(max_steps=MAX_STEPS) as env:
+        episode = env.restore(t, 2, seed=0)
+        game = episode.env.env
+        for turn in t.turns[2:]:
+            assert not closed
+            episode.step(turn.action)
+        assert closed == [game] and episode.env.env is None
+    assert len(closed) == (1 if restorer == "replay" else 2)  # the snapshot's game at the restorer's close
