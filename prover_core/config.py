@@ -33,6 +33,17 @@ class ProverConfig(BaseModel):
     the others keep plain GRPO credit, recorded as ``unverified``. A hard cap on verification cost:
     each verified group costs about ``2 k`` continuations. ``None`` (the paper): every eligible group."""
 
+    control_share: float = Field(default=0.0, ge=0.0, le=1.0)
+    """*library*: the share of the groups eligible for positive credit that verify, in place of the judge's segment,
+    a uniformly random admissible segment of the same length on the same run (the paper's random-segment
+    ablation run inside training, :mod:`prover_core.chance`); their accepted credit is used like any other. The
+    acceptance of the judge's segments minus the controls' is ``prover/judge_lift``, with its 95% interval.
+    ``0`` (default): no controls. Which groups are controls is a hash of ``seed``, the group id and its examined
+    run's content, so each step draws afresh even where group ids repeat from step to step."""
+    lift_window: int = Field(default=50, ge=1)
+    """*library*: training steps over which ``prover/judge_lift`` is pooled (the ``LiftWindow`` a host adapter
+    keeps, or the one passed as ``compute_bonus(..., lift=...)``)."""
+
     # Propose: admissible segments.
     max_segment_turns: int = Field(default=4, ge=1)
     nonterminal_end: bool = True

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prover_core.acceptance import Direction as Direction  # re-exported: defined beside the rules
 from prover_core.batch_checks import WARNING_KINDS, BatchWarning
+from prover_core.chance import Lift, LiftWindow
 from prover_core.data import Proposal, Verification
 
 __all__ = [
@@ -98,6 +99,11 @@ class GroupRecord(BaseModel):
     verify_stats: VerifyStats | None = None
     uncredited_turns: tuple[int, ...] = ()
     """Turns of an accepted segment whose token span is empty: their credit reaches no token."""
+    control: bool = False
+    """The group verified a random control segment of the judge's length in place of the judge's
+    (``ProverConfig.control_share``): ``proposal`` is the control's, ``reason`` names the judge's."""
+    credit: float = 0.0
+    """The credit the group's accepted segment added: ``lam * |Delta| * (segment turns)`` (0 unless accepted)."""
 
 
 class Report(BaseModel):
@@ -122,6 +128,26 @@ class Report(BaseModel):
     was measured)."""
     engine_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
+    lift: Lift | None = None
+    """The judge against chance (``ProverConfig.control_share > 0``): the counts of a running window across steps
+    (:meth:`windowed`), or this call's alone (:attr:`step_lift`); logged as ``judge_lift`` and its interval."""
+
+    @property
+    def step_lift(self) -> Lift:
+        """This call's judge and control segments: decided (accepted or rejected) and accepted, positive credit."""
+        decided = [g for g in self.groups if g.direction == "gain" and g.status in ("accepted", "rejected")]
+        judge = [g for g in decided if not g.control]
+        control = [g for g in decided if g.control]
+        return Lift(
+            sum(g.status == "accepted" for g in judge),
+            len(judge),
+            sum(g.status == "accepted" for g in control),
+            len(control),
+        )
+
+    def windowed(self, window: LiftWindow) -> Report:
+        """This report with :attr:`step_lift` added to ``window`` and ``lift`` the window's total."""
+        return self.model_copy(update={"lift": window.add(self.step_lift)})
 
     def count(self, *statuses: Status) -> int:
         return sum(g.status in statuses for g in self.groups)
@@ -154,6 +180,12 @@ class Report(BaseModel):
         ``time/propose``, ``time/verify``, ``time/outside`` (the rest of the call: validation, trigger, GRPO and
         the bonus) and ``time/total``: wall seconds; ``time/credit``, the former name of ``time/outside``, is
         logged beside it for one release.
+        Return: ``credit_per_extra_turn`` = the credit the call added per policy turn verification spent,
+        ``sum over accepted groups of lam * |Delta| * (segment turns) / policy_turns`` (0 when no turn was spent).
+        With controls (``lift`` set): ``judge_lift``, ``judge_lift_low``/``_high`` (its 95% interval),
+        ``judge_accept_rate``, ``control_accept_rate``, ``judge_verified``, ``control_verified``
+        (:meth:`~prover_core.chance.Lift.metrics`; NaN until both kinds have been decided) and ``groups_control``
+        (this call's control groups).
         The continuation policy's own figures follow unprefixed (``engine_logprob_gap_mean`` and the
         other figures of :class:`~prover_core.engine.parity.ParityMonitor`).
         """
@@ -201,6 +233,10 @@ class Report(BaseModel):
                 sum(g.proposal.segment.num_turns for g in accepted if g.proposal) / len(accepted) if accepted else 0.0
             ),
         }
+        out["credit_per_extra_turn"] = sum(g.credit for g in self.groups) / policy_turns if policy_turns else 0.0
+        if self.lift is not None:
+            out.update(self.lift.metrics(prefix=""))
+            out["groups_control"] = sum(g.control for g in self.groups)
         out.update({f"continuations_failed/{k}": float(v) for k, v in failures.items()})
         if drop:
             out.update(
