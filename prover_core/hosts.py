@@ -1,4 +1,5 @@
 """What the host adapters (``prover-trl``, ``prover-verl``, ``prover-openrlhf``) use of the library, in one place.
+
 An adapter imports from this module only (``tests/test_architecture.py`` checks it), so the library's surface to
 the hosts is this list: the pipeline, the data at the boundary, the engine policy, the credit's token spreading,
 the judge-against-chance window (``LiftWindow``: each adapter keeps one across steps), the typed errors, and
