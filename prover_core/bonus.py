@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import threading
 import time
@@ -54,6 +55,7 @@ from numpy.typing import NDArray
 
 from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
+from prover_core.budget import TurnBudget
 from prover_core.chance import LiftWindow, control_segment, is_control
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
@@ -247,12 +249,13 @@ async def _verify_case(
     config: ProverConfig,
     limit: asyncio.Semaphore,
     clocks: tuple[StageClock, PolicyClock],
+    budget: TurnBudget | None = None,
 ) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
     """Stages 3 and 4 for one group: verify the proposed segment and, if accepted, its per-turn bonus."""
     examined, (stages, rounds) = case.examined, clocks
     with stages.stage("verify"):
         verification, stats = await verify_segment_detailed(
-            examined, answer.segment, continuer, config, limit, case.direction, rounds
+            examined, answer.segment, continuer, config, limit, case.direction, rounds, budget
         )
     logger.debug(
         "group %s: verified, %s (pre %d/%d, post %d/%d, %d continuations): %s",
@@ -358,9 +361,12 @@ async def acompute_bonus(
     answers = await asyncio.gather(*(judged(case) for case in cases))
     proposed = [(case, answer) for case, answer in zip(cases, answers, strict=True) if isinstance(answer, Proposal)]
     limit, rounds = asyncio.Semaphore(config.max_concurrency), tally.clock
+    rollout_turns = sum(t.num_turns for t in everyone)
+    cap = None if config.max_extra_share is None else math.floor(config.max_extra_share * rollout_turns)
+    budget = None if cap is None else TurnBudget(cap)
 
     async def verified(case: _Case, answer: Proposal) -> None:
-        record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds))
+        record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds), budget)
         records[case.group_id] = record
         if credit is not None:  # 4. Credit
             turn_bonus[credit[0]] = credit[1]
@@ -381,7 +387,8 @@ async def acompute_bonus(
         batch_warnings=mistakes,
         groups=[records[gid] for gid in groups],
         judge_calls=len(cases),
-        rollout_turns=sum(t.num_turns for t in everyone),
+        rollout_turns=rollout_turns,
+        turn_budget=cap,
         rollout_episodes=len(everyone),
         rollout_rounds=max(t.num_turns for t in everyone),
         judge_stats=dict(judge.stats()) if isinstance(judge, ReportingJudge) else {},

@@ -44,6 +44,13 @@ class ProverConfig(BaseModel):
     """*library*: training steps over which ``prover/judge_lift`` is pooled (the ``LiftWindow`` a host adapter
     keeps, or the one passed as ``compute_bonus(..., lift=...)``)."""
 
+    max_extra_share: float | None = Field(default=None, ge=0.0)
+    """*library*: a hard cap on verification's extra policy turns per call, as a share of the rollout's policy
+    turns (every turn of every trajectory of the batch, ``Report.rollout_turns``): at most
+    ``floor(max_extra_share x rollout_turns)`` turns are spent (:mod:`prover_core.budget`). A group whose
+    continuations the cap stopped is decided only where the outcomes in settle it, else skipped (reason
+    ``budget``; GRPO credit). ``None`` (default): uncapped. ``max_verified_groups`` still applies first."""
+
     # Propose: admissible segments.
     max_segment_turns: int = Field(default=4, ge=1)
     nonterminal_end: bool = True

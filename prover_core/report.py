@@ -28,7 +28,7 @@ Status = Literal["not_eligible", "unverified", "declined", "skipped", "rejected"
 """What became of a group, from the trigger to the credit."""
 Stage = Literal["trigger", "propose", "verify", "credit"]
 """The stage that settled a group's record (where it was left out, declined or skipped, or credited)."""
-FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
+FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "budget", "error"]
 """Why a continuation failed, as counted in :class:`VerifyStats`."""
 TIMED_STAGES = ("propose", "verify", "outside", "total")
 """The wall times the report logs (``prover/time/<name>``): the ``propose`` and ``verify`` stages, the time
@@ -36,7 +36,15 @@ TIMED_STAGES = ("propose", "verify", "outside", "total")
 RENAMED_TIMINGS = {"credit": "outside"}
 """Former timing names -> current ones. ``Report.timings`` may hold a former name; :meth:`Report.metrics` logs
 the current name, and the former one beside it as an alias for one release (``time/credit``)."""
-FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error")
+FAILURE_KINDS: tuple[FailureKind, ...] = (
+    "turn_limit",
+    "timeout",
+    "worker_lost",
+    "restore",
+    "invalid_outcome",
+    "budget",
+    "error",
+)
 """Every :data:`FailureKind`, in report order."""
 
 
@@ -46,7 +54,8 @@ class VerifyStats(BaseModel):
     ``spent`` counts continuations launched (finished or failed; a terminal post boundary, whose
     outcome is recorded, costs nothing); ``budget`` is the most it could have launched (2 x K for
     fixed sampling, 2 x ``adaptive_max_k`` for adaptive). ``stop`` says why sampling ended: ``fixed``,
-    ``accept``, ``futile``, ``budget``, ``curtailed`` or ``incomplete`` (too many failures).
+    ``accept``, ``futile``, ``budget`` (adaptive: its most pairs; fixed: the call's turn budget stopped some
+    continuations, :mod:`prover_core.budget`), ``curtailed`` or ``incomplete`` (too many failures).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -68,6 +77,9 @@ class VerifyStats(BaseModel):
     """The round of sequential policy calls, counted from the start of the call's verification, at which this
     verification's last continuation ended (:class:`~prover_core.clock.PolicyClock`)."""
     stop: str = "fixed"
+    budget_turns: int = 0
+    """Policy turns of continuations the call's turn budget then stopped (``max_extra_share``): spent, no outcome;
+    counted in the verification's ``policy_turns``."""
     failures: dict[str, int] = Field(default_factory=dict)
     """Failed continuations by kind (see ``FAILURE_KINDS``)."""
     accept_evidence: float | None = None
@@ -128,6 +140,8 @@ class Report(BaseModel):
     was measured)."""
     engine_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
+    turn_budget: int | None = None
+    """The call's cap on verification's policy turns (``max_extra_share x rollout_turns``), ``None`` uncapped."""
     lift: Lift | None = None
     """The judge against chance (``ProverConfig.control_share > 0``): the counts of a running window across steps
     (:meth:`windowed`), or this call's alone (:attr:`step_lift`); logged as ``judge_lift`` and its interval."""
@@ -180,6 +194,9 @@ class Report(BaseModel):
         ``time/propose``, ``time/verify``, ``time/outside`` (the rest of the call: validation, trigger, GRPO and
         the bonus) and ``time/total``: wall seconds; ``time/credit``, the former name of ``time/outside``, is
         logged beside it for one release.
+        Budget (``max_extra_share`` set): ``turn_budget`` (the cap in policy turns), ``groups_skipped_budget``
+        (groups the budget left undecided: GRPO credit) and ``budget_wasted_turns`` (turns of continuations it
+        stopped, in ``policy_turns``).
         Return: ``credit_per_extra_turn`` = the credit the call added per policy turn verification spent,
         ``sum over accepted groups of lam * |Delta| * (segment turns) / policy_turns`` (0 when no turn was spent).
         With controls (``lift`` set): ``judge_lift``, ``judge_lift_low``/``_high`` (its 95% interval),
@@ -233,6 +250,13 @@ class Report(BaseModel):
                 sum(g.proposal.segment.num_turns for g in accepted if g.proposal) / len(accepted) if accepted else 0.0
             ),
         }
+        if self.turn_budget is not None:
+            out["turn_budget"] = self.turn_budget
+            out["groups_skipped_budget"] = sum(
+                g.status == "skipped" and g.verify_stats is not None and g.verify_stats.failures.get("budget", 0) > 0
+                for g in self.groups
+            )
+            out["budget_wasted_turns"] = sum(s.budget_turns for s in stats)
         out["credit_per_extra_turn"] = sum(g.credit for g in self.groups) / policy_turns if policy_turns else 0.0
         if self.lift is not None:
             out.update(self.lift.metrics(prefix=""))
