@@ -55,7 +55,7 @@ from numpy.typing import NDArray
 
 from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
-from prover_core.budget import TurnBudget
+from prover_core.budget import TurnBudget, expected_cost, plan
 from prover_core.chance import LiftWindow, control_segment, is_control
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
@@ -364,6 +364,11 @@ async def acompute_bonus(
     rollout_turns = sum(t.num_turns for t in everyone)
     cap = None if config.max_extra_share is None else math.floor(config.max_extra_share * rollout_turns)
     budget = None if cap is None else TurnBudget(cap)
+    if cap is not None and config.budget_plan != "off":
+        proposed, left = _planned(proposed, cap, config)
+        for record in left:
+            records[record.group_id] = record
+            tally.group_finished(record)
 
     async def verified(case: _Case, answer: Proposal) -> None:
         record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds), budget)
@@ -409,6 +414,37 @@ async def acompute_bonus(
     return BonusResult(
         trajectories={t.id: t for t in everyone}, advantages=advantages, turn_bonus=turn_bonus, report=report
     )
+
+
+def _planned(
+    proposed: list[tuple[_Case, Proposal]], cap: int, config: ProverConfig
+) -> tuple[list[tuple[_Case, Proposal]], list[GroupRecord]]:
+    """The proposed groups ``config.budget_plan`` verifies under ``cap`` turns, and the records of the others."""
+    costs, scores = [], []
+    for i, (case, answer) in enumerate(proposed):
+        seg = answer.segment
+        cost = expected_cost([t.num_turns for t in case.members], seg.start, seg.end, config.k)
+        rate = sum(t.success for t in case.members) / len(case.members)
+        costs.append(cost)
+        if config.budget_plan == "planner":
+            scores.append(seg.num_turns * (1 - rate if case.direction == "gain" else rate) / cost)
+        elif config.budget_plan == "random":
+            scores.append(float(_run_seed(case.examined, config)))
+        else:
+            scores.append(-float(i))
+    keep = plan(costs, scores, cap)
+    left = [
+        case.record(
+            "unverified",
+            "verify",
+            f"budget plan ({config.budget_plan}): expected cost {cost:.0f} turns does not fit the cap of {cap} "
+            f"(max_extra_share={config.max_extra_share}) beside the groups ranked before it",
+            proposal=answer,
+        )
+        for (case, answer), cost, kept in zip(proposed, costs, keep, strict=True)
+        if not kept
+    ]
+    return [p for p, kept in zip(proposed, keep, strict=True) if kept], left
 
 
 def _log_trigger(

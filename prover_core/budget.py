@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from prover_core.acceptance import AcceptanceRule, Direction
 from prover_core.errors import BudgetExhaustedError
 
-__all__ = ["TurnBudget", "settled_by", "stopped_counts"]
+__all__ = ["TurnBudget", "expected_cost", "plan", "settled_by", "stopped_counts"]
 
 
 class TurnBudget:
@@ -90,3 +90,22 @@ def stopped_counts(pre: Sequence[object], post: Sequence[object]) -> tuple[int, 
         sum(isinstance(r, BudgetExhaustedError) for r in pre),
         sum(isinstance(r, BudgetExhaustedError) for r in post),
     )
+
+
+def expected_cost(lengths: Sequence[int], start: int, end: int, k: int) -> float:
+    """What verifying ``[start, end]`` is expected to cost before it runs: ``k`` continuations from each boundary,
+    each as long as the turns the group's recorded runs had left after it, ``mean_i max(1, T_i - b)`` for
+    ``b = start`` and ``b = end + 1`` (an upper estimate: curtailment often saves one boundary's share)."""
+    left = [sum(max(1, t - b) for t in lengths) / len(lengths) for b in (start, end + 1)]
+    return k * sum(left)
+
+
+def plan(costs: Sequence[float], scores: Sequence[float], cap: int) -> list[bool]:
+    """Which groups to verify under a cap of ``cap`` turns: in decreasing ``scores`` (ties: the given order), each
+    group whose expected cost still fits beside those already kept (a greedy knapsack, so a cheaper group later in
+    the order may still fit)."""
+    keep, total = [False] * len(costs), 0.0
+    for i in sorted(range(len(costs)), key=lambda i: -scores[i]):
+        if total + costs[i] <= cap:
+            keep[i], total = True, total + costs[i]
+    return keep

@@ -90,7 +90,8 @@ class GroupRecord(BaseModel):
     """The path of one group through trigger, propose, verify and credit.
 
     ``status`` is ``not_eligible`` (trigger said no), ``unverified`` (eligible, left out by
-    ``max_verified_groups``; GRPO credit), ``declined`` (the judge declined),
+    ``max_verified_groups`` or by the turn budget's plan, ``budget_plan``; GRPO credit),
+    ``declined`` (the judge declined),
     ``skipped`` (something failed: ``stage`` and ``reason`` say what; the group keeps GRPO credit),
     ``rejected`` (verified, the acceptance rule said no) or ``accepted`` (bonus applied).
     """

@@ -9,7 +9,7 @@ import pytest
 
 from prover_core import BudgetExhaustedError, DivergenceJudge, Outcome, ProverConfig, compute_bonus
 from prover_core.acceptance import AcceptanceRule
-from prover_core.budget import TurnBudget, settled_by
+from prover_core.budget import TurnBudget, expected_cost, plan, settled_by
 from prover_core.demo import vault_policy
 from tests.verify_support import BATCH, make_restorable_env, plain, same_bonus
 
@@ -136,3 +136,37 @@ def test_budget_stops_are_their_own_failure_kind() -> None:
     from prover_core.continuations import failure_kind
 
     assert failure_kind(BudgetExhaustedError("spent")) == "budget"
+
+
+def test_expected_cost_is_k_continuations_as_long_as_the_recorded_runs_had_left() -> None:
+    # runs of 5 and 7 turns, segment [1, 2]: from s_1 4 and 6 turns left (mean 5), from s_3 2 and 4 (mean 3)
+    assert expected_cost([5, 7], 1, 2, 4) == 4 * (5 + 3)
+    assert expected_cost([3], 2, 2, 2) == 2 * (1 + 1)  # at least one turn from each boundary
+
+
+def test_the_plan_keeps_groups_by_score_while_their_cost_fits() -> None:
+    assert plan([10, 5, 8], [1, 3, 2], 14) == [False, True, True]
+    assert plan([10, 5, 8], [1, 3, 2], 12) == [False, True, False]
+    assert plan([10, 5, 8], [1, 3, 2], 3) == [False, False, False]
+    assert plan([4, 4], [0, 0], 8) == [True, True]  # ties keep the given order
+
+
+@pytest.mark.parametrize("rule", ["batch", "random", "planner"])
+def test_a_planned_cap_verifies_what_fits_and_leaves_the_rest_unverified(rule: str) -> None:
+    left_out = verified = 0
+    for share in SHARES:
+        policy = CountingPolicy()
+        r = capped(share, policy, budget_plan=rule)
+        cap = int(share * ROLLOUT_TURNS)
+        assert policy.calls <= cap and r.report.metrics()["prover/policy_turns"] <= cap
+        planned = [g for g in r.report.groups if g.status == "unverified"]
+        assert all(g.proposal is not None and f"budget plan ({rule})" in g.reason for g in planned)
+        costs = [
+            expected_cost([t.num_turns for t in BATCH if t.group_id == g.group_id], s.start, s.end, 4)
+            for g in r.report.groups
+            if g.verification is not None and g.proposal is not None
+            for s in [g.proposal.segment]
+        ]
+        assert sum(costs) <= cap
+        left_out, verified = left_out + len(planned), verified + len(costs)
+    assert left_out and verified
