@@ -1,6 +1,6 @@
 """Spending a capped budget where credit is likely: which groups to verify under ``max_extra_share``.
 
-    python benchmarks/budget_rules.py [--seeds 10] [--groups 32]
+    python benchmarks/budget_rules.py [--seeds 20] [--groups 32]
 
 Design (written before the first run). Each environment of the judge harness's corridors and luck corridors
 (``prover_bench.judge_cases``: finite MDPs with exact values) gives, per seed, a batch of ``--groups`` groups of 8
@@ -69,7 +69,7 @@ def paired(a: Sequence[float], b: Sequence[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--groups", type=int, default=32)
     args = parser.parse_args()
     started = time.perf_counter()

@@ -35,11 +35,14 @@ def capped(share: float | None, policy: Any = None, **config: Any) -> Any:
         judge=DivergenceJudge(),
         env=make_restorable_env(),
         policy=policy or vault_policy(),
-        config=ProverConfig(max_extra_share=share, **config),
+        config=ProverConfig(max_extra_share=share, **{"budget_plan": "off", **config}),
     )
 
 
-@pytest.mark.parametrize("schedule", [{"curtail": False}, {"curtail_mode": "overlap"}, {"curtail_mode": "wait"}])
+@pytest.mark.parametrize(
+    "schedule",
+    [{"curtail": False}, {"curtail_mode": "overlap"}, {"curtail_mode": "wait"}],
+)
 def test_the_policy_turns_spent_never_exceed_the_cap(schedule: dict[str, Any]) -> None:
     """Every cap from 0 to 50% of the rollout's turns, every continuation of a round in flight at once: the policy
     calls made never exceed the cap; a group the cap cut short is decided only as the uncapped run decides it."""
