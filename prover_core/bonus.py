@@ -17,9 +17,13 @@ adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that seg
 The judge against chance (``config.control_share > 0``, off by default): in a share of the groups eligible for
 positive credit (:func:`~prover_core.chance.is_control`), the judge's nominated segment is replaced by a uniformly
 random admissible segment of the same length on the same run (:func:`~prover_core.chance.control_segment`, both
-draws seeded by ``config.seed`` and the examined run's id and content; a
-``declined`` record naming the judge's segment when none has that length), verified and credited like any other;
-its record has ``control=True``. ``Report.lift`` compares the acceptance of both kinds (``prover/judge_lift``).
+draws seeded by ``config.seed`` and the examined run's id and content; a ``declined`` record naming the judge's
+segment when none has that length), verified and credited like any other; its record has ``control=True``.
+``Report.lift`` compares the acceptance of both kinds (``prover/judge_lift``).
+
+A cost the user sets (``config.max_extra_share``, off by default): the call's verification spends at most that share
+of the rollout's policy turns (:mod:`prover_core.budget`); ``config.budget_plan`` chooses which proposed groups fit
+(the others ``unverified``), and a verification the cap cuts short is decided only where the outcomes in settle it.
 
 Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): a line per finished eligible
 group and a summary line per call at INFO, and each group's trigger, proposal and verification at DEBUG
