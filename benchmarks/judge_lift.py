@@ -1,6 +1,6 @@
 """The judge against chance, live: ``prover/judge_lift`` on the exact tabular suites, and how many groups it needs.
 
-    python benchmarks/judge_lift.py [--steps 4] [--groups 32] [--share 0.5]
+    python benchmarks/judge_lift.py [--steps 4] [--groups 32] [--share 0.5] [--throttle-share 0.25]
 
 Design (written before the first run). Each environment of the judge harness's corridors and luck corridors
 (``prover_bench.judge_cases``: finite MDPs whose success probabilities are exact) is one training run of
@@ -17,6 +17,10 @@ Second table, no simulation: the decided groups (judge's and controls' together)
 interval of a true lift excludes 0, at the paper's random-segment acceptance (19.5%) and the expected counts
 (``Lift.interval`` on ``n (1 - share)`` judge and ``n share`` control groups). Divide by the groups verified per
 step to get the steps.
+
+Third table (added with ``lift_throttle``): verification's policy turns over the same steps (``control_share``
+``--throttle-share``, 0.25) without and with ``lift_throttle``, per judge: a random judge's should fall, the
+oracle's should not once its lift has shown.
 """
 
 from __future__ import annotations
@@ -54,6 +58,24 @@ def run(env_index: int, steps: int, groups: int, share: float) -> dict[str, tupl
     return {name: (w.total, credit[name] / turns[name] if turns[name] else 0.0) for name, w in windows.items()}
 
 
+def throttled(env_index: int, steps: int, groups: int, share: float) -> dict[str, tuple[float, float]]:
+    """Per judge: verification's policy turns over ``steps`` steps without and with ``lift_throttle``."""
+    env = (*CORRIDORS, *LUCK)[env_index]
+    out = {}
+    for name in ("oracle", "random"):
+        turns = []
+        for throttle in (False, True):
+            config, window, spent = ProverConfig(control_share=share, lift_throttle=throttle), LiftWindow(steps), 0.0
+            for step in range(steps):
+                case = tabular_case(env, groups, 8, step)
+                judge: Judge = BestTurn(case.decision or {}) if name == "oracle" else RandomJudge(step)
+                report = run_bonus_with(case.trajectories, judge, config, lift=window, **case.continuations).report
+                spent += report.metrics(prefix="")["policy_turns"]
+            turns.append(spent)
+        out[name] = (turns[0], turns[1])
+    return out
+
+
 def needed(lift: float, share: float, control_rate: float = CONTROL_RATE, most: int = 100_000) -> int:
     """The fewest decided groups whose expected counts give an interval of ``lift`` above 0."""
     n = 2
@@ -80,6 +102,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--groups", type=int, default=32)
     parser.add_argument("--share", type=float, default=0.5)
+    parser.add_argument("--throttle-share", type=float, default=0.25)
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"judge_lift: {args.steps} steps of {args.groups} groups of 8, control_share={args.share}, K = 4\n")
@@ -101,6 +124,14 @@ def main() -> None:
     print("|---|" + "---|" * len(shares))
     for lift in (0.1, 0.2, 0.3, 0.4):
         print(f"| {lift:+.1f} | " + " | ".join(str(needed(lift, s)) for s in shares) + " |")
+    print(f"\nTurning itself down (lift_throttle, control_share {args.throttle_share}): verification's policy turns "
+          f"over {args.steps} steps, without -> with")  # fmt: skip
+    print("\n| environment | oracle | random judge |")
+    print("|---|---|---|")
+    for i, env in enumerate((*CORRIDORS, *LUCK)):
+        t = throttled(i, args.steps, args.groups, args.throttle_share)
+        cells = [f"{a:.0f} -> {b:.0f} ({b / a - 1:+.0%})" for a, b in (t["oracle"], t["random"])]
+        print(f"| {env.name} | {cells[0]} | {cells[1]} |", flush=True)
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 

@@ -226,6 +226,35 @@ async def _propose_case(case: _Case, judge: Judge, config: ProverConfig, clock: 
     return answer
 
 
+def _throttled(
+    cases: list[_Case], window: LiftWindow, config: ProverConfig, records: dict[str, GroupRecord]
+) -> list[_Case]:
+    """``config.lift_throttle``: while the window's lift interval does not lie above 0, the judge's own gain groups
+    are kept at the controls' rate (``control_share / (1 - control_share)``, a seeded draw), the others recorded as
+    ``unverified``; every case when the interval lies above 0 or the window has no control decided yet."""
+    total = window.total
+    low, high = total.interval()
+    if not total.control_verified or low > 0:
+        return cases
+    rate = min(1.0, config.control_share / (1.0 - config.control_share)) if config.control_share < 1 else 1.0
+    kept = []
+    for case in cases:
+        if (
+            case.direction == "gain"
+            and not case.control
+            and not is_control(case.group_id, rate, _run_seed(case.examined, config) + 1)
+        ):
+            records[case.group_id] = case.record(
+                "unverified",
+                "trigger",
+                f"lift_throttle: the judge's lift over the window, {total.lift:+.2f} [{low:+.2f}, {high:+.2f}], "
+                f"is not above chance, so its groups are verified at the controls' rate ({rate:.2f})",
+            )
+        else:
+            kept.append(case)
+    return kept
+
+
 def _run_seed(run: Trajectory, config: ProverConfig) -> int:
     """A seed of ``config.seed``, the run's id and its content (:func:`~prover_core.verify.continuation_seeds`'
     first): the control draws change with each step's new episodes even where the group ids repeat every step
@@ -348,6 +377,8 @@ async def acompute_bonus(
         else case
         for case in cases
     ]
+    if config.lift_throttle and lift is not None and config.control_share > 0:
+        cases = _throttled(cases, lift, config, records)
     if logger.isEnabledFor(logging.DEBUG):
         _log_trigger(groups, dict(eligible), records)
     stages, gathered_at = StageClock(), time.perf_counter()

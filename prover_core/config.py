@@ -40,6 +40,11 @@ class ProverConfig(BaseModel):
     acceptance of the judge's segments minus the controls' is ``prover/judge_lift``, with its 95% interval.
     ``0`` (default): no controls. Which groups are controls is a hash of ``seed``, the group id and its examined
     run's content, so each step draws afresh even where group ids repeat from step to step."""
+    lift_throttle: bool = False
+    """*library* (off): with ``control_share`` and a lift window (``compute_bonus(..., lift=...)``, each adapter's),
+    while the window's lift interval holds 0 or lies below it (the judge not shown better than chance), the judge's
+    own groups are verified only at the controls' rate (a seeded ``control_share / (1 - control_share)`` of them),
+    the rest ``unverified``; once the interval lies above 0 every group is verified again."""
     lift_window: int = Field(default=50, ge=1)
     """*library*: training steps over which ``prover/judge_lift`` is pooled (the ``LiftWindow`` a host adapter
     keeps, or the one passed as ``compute_bonus(..., lift=...)``)."""

@@ -177,3 +177,35 @@ def test_the_groups_needed_shrink_with_the_lift_and_make_the_interval_exclude_ze
     assert Lift(round((n - nc) * 0.495), n - nc, round(nc * 0.195), nc).interval()[0] > 0
     nc = round((n - 1) * 0.25)
     assert Lift(round((n - 1 - nc) * 0.495), n - 1 - nc, round(nc * 0.195), nc).interval()[0] <= 0
+
+
+@pytest.mark.parametrize(
+    ("window_counts", "throttled"),
+    [(Lift(10, 10, 0, 10), False), (Lift(5, 10, 5, 10), True), (Lift(9, 10, 0, 0), False)],
+)
+def test_the_throttle_verifies_the_judges_groups_at_the_controls_rate_while_the_lift_is_not_shown(
+    window_counts: Lift, throttled: bool
+) -> None:
+    """Above chance (interval above 0) or nothing to compare yet: every group; otherwise the judge's own groups at
+    ``control_share / (1 - control_share)`` (1/3 at 0.25), the controls all."""
+    window = LiftWindow(5)
+    window.add(window_counts)
+    config = ProverConfig(control_share=0.25, lift_throttle=True)
+    r = compute_bonus(groups(80), judge=FixedJudge(1, 2), continue_from=from_turn(3), config=config, lift=window)
+    left = [g for g in r.report.groups if g.status == "unverified"]
+    assert all(not g.control and "lift_throttle" in g.reason for g in left)
+    judged = sum(not g.control for g in r.report.groups)
+    if throttled:
+        assert 0.45 < len(left) / judged < 0.85  # about 2/3 of the judge's groups left out
+    else:
+        assert not left
+
+
+def test_on_the_exact_suites_the_throttle_cuts_a_random_judges_turns_and_not_the_oracles() -> None:
+    """``benchmarks/judge_lift.py``'s third table (4 steps of 32 groups, control_share 0.25), on the environments
+    where the oracle's lift shows in the first step."""
+    bench = load_script(SCRIPT, "judge_lift")
+    for i in (0, 1, 3):
+        out = bench.throttled(i, 4, 32, 0.25)
+        assert out["oracle"][1] == out["oracle"][0]
+        assert out["random"][1] < 0.75 * out["random"][0]
