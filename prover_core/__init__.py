@@ -11,6 +11,7 @@ from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, 
 from prover_core.engine import EnginePolicy, Generation, SamplingParams, TokenEngine, TokenStore
 from prover_core.errors import (
     AnswerTooLargeError,
+    BudgetExhaustedError,
     ContextLengthError,
     ContinuationError,
     ContinuationLimitError,
@@ -75,6 +76,7 @@ __all__ = [
     "ChoiceJudge",
     "ContextLengthError",
     "ContinuationError",
+    "BudgetExhaustedError",
     "ContinuationLimitError",
     "ContinuationTimeoutError",
     "ContinueFn",

@@ -14,6 +14,17 @@ also gets the group's other runs with the representative's outcome (other succes
 the roles are swapped). The drop is verified (``p_pre > p_post`` by the configured rule or the
 adaptive test) and ``negative_lam * Delta`` (``Delta < 0``) is added to that segment's turns.
 
+The judge against chance (``config.control_share > 0``, off by default): in a share of the groups eligible for
+positive credit (:func:`~prover_core.chance.is_control`), the judge's nominated segment is replaced by a uniformly
+random admissible segment of the same length on the same run (:func:`~prover_core.chance.control_segment`, both
+draws seeded by ``config.seed`` and the examined run's id and content; a ``declined`` record naming the judge's
+segment when none has that length), verified and credited like any other; its record has ``control=True``.
+``Report.lift`` compares the acceptance of both kinds (``prover/judge_lift``).
+
+A cost the user sets (``config.max_extra_share``, off by default): the call's verification spends at most that share
+of the rollout's policy turns (:mod:`prover_core.budget`); ``config.budget_plan`` chooses which proposed groups fit
+(the others ``unverified``), and a verification the cap cuts short is decided only where the outcomes in settle it.
+
 Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): a line per finished eligible
 group and a summary line per call at INFO, and each group's trigger, proposal and verification at DEBUG
 as they happen; ``progress=fn`` also hands ``fn`` (a host's progress bar) an event as each round of policy calls,
@@ -34,11 +45,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -47,20 +59,33 @@ from numpy.typing import NDArray
 
 from prover_core._aio import resolve, run_sync
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
+from prover_core.budget import TurnBudget, expected_cost, plan
+from prover_core.chance import LiftWindow, control_segment, is_control
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
 from prover_core.continuations import Continuer, counted, make_continuer, usage_error
 from prover_core.credit import segment_bonus, spread_to_tokens
-from prover_core.data import Decline, Proposal, Trajectory
+from prover_core.data import Decline, Proposal, Segment, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
 from prover_core.progress import Progress, ProgressFn, ProgressKind, ProgressLog, StageClock, format_progress
 from prover_core.propose import propose
-from prover_core.protocols import BatchPolicy, ContinueFn, Judge, Policy, PolicyFn, RestorableEnv, described, require
+from prover_core.protocols import (
+    BatchPolicy,
+    ContinueFn,
+    Judge,
+    PerStepJudge,
+    Policy,
+    PolicyFn,
+    ReportingJudge,
+    RestorableEnv,
+    described,
+    require,
+)
 from prover_core.report import Direction, GroupRecord, Report, Stage, Status
 from prover_core.restore import SnapshotEnv
 from prover_core.trigger import longest_failure, representative, trigger
-from prover_core.verify import verify_segment_detailed
+from prover_core.verify import continuation_seeds, verify_segment_detailed
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +166,8 @@ class _Case:
     group_id: str
     members: list[Trajectory]
     direction: Direction
+    control: bool = False
+    """Verifies a random control segment of the judge's length (:mod:`prover_core.chance`)."""
 
     @cached_property
     def examined(self) -> Trajectory:
@@ -164,6 +191,7 @@ class _Case:
             stage=stage,
             reason=reason,
             direction=self.direction,
+            control=self.control,
             **found,
         )
 
@@ -193,7 +221,58 @@ async def _propose_case(case: _Case, judge: Judge, config: ProverConfig, clock: 
         return case.record("declined", "propose", answer.reason)
     segment = answer.segment
     logger.debug("group %s: proposed turns [%d, %d] of %s", case.group_id, segment.start, segment.end, case.examined.id)
+    if case.control:
+        return _control(case, segment, config)
     return answer
+
+
+def _throttled(
+    cases: list[_Case], window: LiftWindow, config: ProverConfig, records: dict[str, GroupRecord]
+) -> list[_Case]:
+    """``config.lift_throttle``: while the window's lift interval does not lie above 0, the judge's own gain groups
+    are kept at the controls' rate (``control_share / (1 - control_share)``, a seeded draw), the others recorded as
+    ``unverified``; every case when the interval lies above 0 or the window has no control decided yet."""
+    total = window.total
+    low, high = total.interval()
+    if not total.control_verified or low > 0:
+        return cases
+    rate = min(1.0, config.control_share / (1.0 - config.control_share)) if config.control_share < 1 else 1.0
+    kept = []
+    for case in cases:
+        if (
+            case.direction == "gain"
+            and not case.control
+            and not is_control(case.group_id, rate, _run_seed(case.examined, config) + 1)
+        ):
+            records[case.group_id] = case.record(
+                "unverified",
+                "trigger",
+                f"lift_throttle: the judge's lift over the window, {total.lift:+.2f} [{low:+.2f}, {high:+.2f}], "
+                f"is not above chance, so its groups are verified at the controls' rate ({rate:.2f})",
+            )
+        else:
+            kept.append(case)
+    return kept
+
+
+def _run_seed(run: Trajectory, config: ProverConfig) -> int:
+    """A seed of ``config.seed``, the run's id and its content (:func:`~prover_core.verify.continuation_seeds`'
+    first): the control draws change with each step's new episodes even where the group ids repeat every step
+    (one id per task), so the same tasks are not the controls at every step."""
+    return int(continuation_seeds(config, run, 1)[0][0])
+
+
+def _control(case: _Case, nominated: Segment, config: ProverConfig) -> GroupRecord | Proposal:
+    """A control group's proposal: a uniformly random admissible segment of the nominated segment's length
+    (:func:`~prover_core.chance.control_segment`), or the record of a decline when none has that length."""
+    judged = f"the judge nominated turns [{nominated.start}, {nominated.end}]"
+    rules, seed = config.segment_rules, _run_seed(case.examined, config)
+    segment = control_segment(case.examined, nominated.num_turns, rules, seed)
+    if segment is None:
+        reason = f"control: no admissible segment of {nominated.num_turns} turns to draw ({judged})"
+        return case.record("declined", "propose", reason)
+    logger.debug("group %s: control, verifies turns [%d, %d] instead", case.group_id, segment.start, segment.end)
+    return Proposal(segment=segment, rationale=f"control: a uniformly random admissible segment; {judged}")
 
 
 async def _verify_case(
@@ -203,12 +282,13 @@ async def _verify_case(
     config: ProverConfig,
     limit: asyncio.Semaphore,
     clocks: tuple[StageClock, PolicyClock],
+    budget: TurnBudget | None = None,
 ) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
     """Stages 3 and 4 for one group: verify the proposed segment and, if accepted, its per-turn bonus."""
     examined, (stages, rounds) = case.examined, clocks
     with stages.stage("verify"):
         verification, stats = await verify_segment_detailed(
-            examined, answer.segment, continuer, config, limit, case.direction, rounds
+            examined, answer.segment, continuer, config, limit, case.direction, rounds, budget
         )
     logger.debug(
         "group %s: verified, %s (pre %d/%d, post %d/%d, %d continuations): %s",
@@ -238,7 +318,10 @@ async def _verify_case(
             list(uncredited),
             examined.id,
         )
-    accepted = case.record("accepted", "verify", verification.reason, uncredited_turns=uncredited, **found)
+    credit = lam * abs(verification.delta) * answer.segment.num_turns
+    accepted = case.record(
+        "accepted", "verify", verification.reason, uncredited_turns=uncredited, credit=credit, **found
+    )
     return accepted, (examined.id, bonus)
 
 
@@ -252,6 +335,7 @@ async def acompute_bonus(
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
     progress: ProgressFn | None = None,
+    lift: LiftWindow | None = None,
 ) -> BonusResult:
     """The ``async`` form of :func:`compute_bonus`.
 
@@ -277,9 +361,8 @@ async def acompute_bonus(
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
             cache.clear()
-    new_step = getattr(judge, "new_step", None)
-    if callable(new_step):  # one call is one training step: per-step budgets and stats start afresh
-        new_step()
+    if isinstance(judge, PerStepJudge):  # one call is one training step: per-step budgets and stats start afresh
+        judge.new_step()
     groups = group_batch(trajectories)
     advantages = grpo_advantages(groups, normalize_std=config.normalize_std, eps=config.std_eps)
     everyone = [t for members in groups.values() for t in members]
@@ -288,6 +371,14 @@ async def acompute_bonus(
     # 1. Trigger
     eligible, records = trigger(groups, config)
     cases = [_Case(gid, groups[gid], direction) for gid, direction in eligible]
+    cases = [
+        replace(case, control=is_control(case.group_id, config.control_share, _run_seed(case.examined, config)))
+        if case.direction == "gain" and config.control_share > 0
+        else case
+        for case in cases
+    ]
+    if config.lift_throttle and lift is not None and config.control_share > 0:
+        cases = _throttled(cases, lift, config, records)
     if logger.isEnabledFor(logging.DEBUG):
         _log_trigger(groups, dict(eligible), records)
     stages, gathered_at = StageClock(), time.perf_counter()
@@ -305,9 +396,17 @@ async def acompute_bonus(
     answers = await asyncio.gather(*(judged(case) for case in cases))
     proposed = [(case, answer) for case, answer in zip(cases, answers, strict=True) if isinstance(answer, Proposal)]
     limit, rounds = asyncio.Semaphore(config.max_concurrency), tally.clock
+    rollout_turns = sum(t.num_turns for t in everyone)
+    cap = None if config.max_extra_share is None else math.floor(config.max_extra_share * rollout_turns)
+    budget = None if cap is None else TurnBudget(cap)
+    if cap is not None and config.budget_plan != "off":
+        proposed, left = _planned(proposed, cap, config)
+        for record in left:
+            records[record.group_id] = record
+            tally.group_finished(record)
 
     async def verified(case: _Case, answer: Proposal) -> None:
-        record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds))
+        record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds), budget)
         records[case.group_id] = record
         if credit is not None:  # 4. Credit
             turn_bonus[credit[0]] = credit[1]
@@ -321,7 +420,6 @@ async def acompute_bonus(
     if not _warn_if_all_skipped(examined):
         _warn_if_no_continuation_finished(examined)
     mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus, config.episode_keys)
-    stats = getattr(judge, "stats", None)
     policy_stats = getattr(policy, "report_stats", None)
     engine_stats = dict(await resolve(policy_stats())) if callable(policy_stats) else {}
     total = time.perf_counter() - started
@@ -329,10 +427,11 @@ async def acompute_bonus(
         batch_warnings=mistakes,
         groups=[records[gid] for gid in groups],
         judge_calls=len(cases),
-        rollout_turns=sum(t.num_turns for t in everyone),
+        rollout_turns=rollout_turns,
+        turn_budget=cap,
         rollout_episodes=len(everyone),
         rollout_rounds=max(t.num_turns for t in everyone),
-        judge_stats=dict(stats()) if callable(stats) else {},
+        judge_stats=dict(judge.stats()) if isinstance(judge, ReportingJudge) else {},
         timings={
             "propose": stages.wall("propose"),
             "verify": stages.wall("verify"),
@@ -341,11 +440,46 @@ async def acompute_bonus(
         },
         engine_stats=engine_stats,
     )
+    if lift is not None:
+        report = report.windowed(lift)
+    elif config.control_share > 0:
+        report = report.model_copy(update={"lift": report.step_lift})
     if logger.isEnabledFor(logging.INFO):
         logger.info(_summary(report, total))
     return BonusResult(
         trajectories={t.id: t for t in everyone}, advantages=advantages, turn_bonus=turn_bonus, report=report
     )
+
+
+def _planned(
+    proposed: list[tuple[_Case, Proposal]], cap: int, config: ProverConfig
+) -> tuple[list[tuple[_Case, Proposal]], list[GroupRecord]]:
+    """The proposed groups ``config.budget_plan`` verifies under ``cap`` turns, and the records of the others."""
+    costs, scores = [], []
+    for i, (case, answer) in enumerate(proposed):
+        seg = answer.segment
+        cost = expected_cost([t.num_turns for t in case.members], seg.start, seg.end, config.k)
+        rate = sum(t.success for t in case.members) / len(case.members)
+        costs.append(cost)
+        if config.budget_plan == "planner":
+            scores.append(seg.num_turns * (1 - rate if case.direction == "gain" else rate) / cost)
+        elif config.budget_plan == "random":
+            scores.append(float(_run_seed(case.examined, config)))
+        else:
+            scores.append(-float(i))
+    keep = plan(costs, scores, cap)
+    left = [
+        case.record(
+            "unverified",
+            "verify",
+            f"budget plan ({config.budget_plan}): expected cost {cost:.0f} turns does not fit the cap of {cap} "
+            f"(max_extra_share={config.max_extra_share}) beside the groups ranked before it",
+            proposal=answer,
+        )
+        for (case, answer), cost, kept in zip(proposed, costs, keep, strict=True)
+        if not kept
+    ]
+    return [p for p, kept in zip(proposed, keep, strict=True) if kept], left
 
 
 def _log_trigger(
@@ -479,6 +613,7 @@ def compute_bonus(
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
     progress: ProgressFn | None = None,
+    lift: LiftWindow | None = None,
 ) -> BonusResult:
     """Propose, Verify, Credit over a batch of grouped trajectories.
 
@@ -490,6 +625,9 @@ def compute_bonus(
     (:class:`~prover_core.errors.EventLoopError`: use ``await acompute_bonus(...)`` there).
     ``progress(event)`` is called with a :class:`~prover_core.progress.Progress` as verification's rounds of policy
     calls move on, as each continuation ends and as each eligible group finishes (``event.kind``).
+    ``lift``: a :class:`~prover_core.chance.LiftWindow` kept across calls (one per training run): this call's judge
+    and control counts are added to it and ``Report.lift`` is its total (without it, with
+    ``config.control_share > 0``, ``Report.lift`` is this call's alone).
     Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
     :class:`~prover_core.errors.ProtocolError` on objects that miss their protocol.
     """
@@ -503,5 +641,6 @@ def compute_bonus(
             config=config,
             executor=executor,
             progress=progress,
+            lift=lift,
         )
     )

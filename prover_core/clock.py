@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from prover_core.budget import TurnBudget
+
 
 class PolicyClock:
     """Rounds of sequential policy calls since verification began, as a batching policy makes them.
@@ -54,6 +56,12 @@ class Meter:
     turns: int = 0
     started: bool = False
     stopped: bool = False
+    budget: TurnBudget | None = None
+    """The call's turn budget (``ProverConfig.max_extra_share``), from which each policy turn is taken."""
+
+    def acquire(self) -> bool:
+        """Take one policy turn from the budget before acting (always, without one); whether it may act."""
+        return self.budget is None or self.budget.take(1)
 
     def tick(self) -> None:
         """One more policy turn taken."""

@@ -33,6 +33,38 @@ class ProverConfig(BaseModel):
     the others keep plain GRPO credit, recorded as ``unverified``. A hard cap on verification cost:
     each verified group costs about ``2 k`` continuations. ``None`` (the paper): every eligible group."""
 
+    control_share: float = Field(default=0.0, ge=0.0, le=1.0)
+    """*library*: the share of the groups eligible for positive credit that verify, in place of the judge's segment,
+    a uniformly random admissible segment of the same length on the same run (the paper's random-segment
+    ablation run inside training, :mod:`prover_core.chance`); their accepted credit is used like any other. The
+    acceptance of the judge's segments minus the controls' is ``prover/judge_lift``, with its 95% interval.
+    ``0`` (default): no controls. Which groups are controls is a hash of ``seed``, the group id and its examined
+    run's content, so each step draws afresh even where group ids repeat from step to step."""
+    lift_throttle: bool = False
+    """*library* (off): with ``control_share`` and a lift window (``compute_bonus(..., lift=...)``, each adapter's),
+    while the window's lift interval holds 0 or lies below it (the judge not shown better than chance), the judge's
+    own groups are verified only at the controls' rate (a seeded ``control_share / (1 - control_share)`` of them),
+    the rest ``unverified``; once the interval lies above 0 every group is verified again."""
+    lift_window: int = Field(default=50, ge=1)
+    """*library*: training steps over which ``prover/judge_lift`` is pooled (the ``LiftWindow`` a host adapter
+    keeps, or the one passed as ``compute_bonus(..., lift=...)``)."""
+
+    max_extra_share: float | None = Field(default=None, ge=0.0)
+    """*library*: a hard cap on verification's extra policy turns per call, as a share of the rollout's policy
+    turns (every turn of every trajectory of the batch, ``Report.rollout_turns``): at most
+    ``floor(max_extra_share x rollout_turns)`` turns are spent (:mod:`prover_core.budget`). A group whose
+    continuations the cap stopped is decided only where the outcomes in settle it, else skipped (reason
+    ``budget``; GRPO credit). ``None`` (default): uncapped. ``max_verified_groups`` still applies first."""
+
+    budget_plan: Literal["off", "batch", "random", "planner"] = "batch"
+    """*library*: under ``max_extra_share``, which proposed groups to verify. ``off``: all, together (the cap stops
+    continuations where it is reached). The others plan first: groups in an order (``batch``, the default: the batch's;
+    ``random``: a hash of seed, group id and the examined run's content; ``planner``: expected credit per expected
+    turn, ``L (1 - p) / cost`` for a gain with segment length ``L`` and success rate ``p``, ``L p / cost`` for a
+    drop) are kept while their expected cost (:func:`~prover_core.budget.expected_cost`) fits the cap; the rest
+    are ``unverified`` (GRPO credit). Every plan beat ``off`` at caps of 5-20% on the exact suites, and none beat
+    the batch's order at every cap (docs/verification.md, ``benchmarks/budget_rules.py``)."""
+
     # Propose: admissible segments.
     max_segment_turns: int = Field(default=4, ge=1)
     nonterminal_end: bool = True

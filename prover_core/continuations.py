@@ -30,6 +30,7 @@ from prover_core.batching import BatchedPolicy
 from prover_core.clock import METER
 from prover_core.data import Outcome, Trajectory, Turn
 from prover_core.errors import (
+    BudgetExhaustedError,
     ContinuationError,
     ContinuationLimitError,
     ContinuationTimeoutError,
@@ -76,6 +77,8 @@ class Metered(Protocol):
 
 def failure_kind(error: BaseException) -> FailureKind:
     """The bookkeeping class of a failed continuation."""
+    if isinstance(error, BudgetExhaustedError):
+        return "budget"
     if isinstance(error, InvalidOutcomeError):
         return "invalid_outcome"
     if isinstance(error, ContinuationLimitError):
@@ -152,6 +155,11 @@ async def run_continuation(
                 history.append(recorded)
                 replayed += 1
             else:
+                if meter is not None and not meter.acquire():
+                    raise BudgetExhaustedError(
+                        f"the call's budget of extra policy turns is spent: stopped before its policy turn "
+                        f"{taken - replayed} (ProverConfig.max_extra_share)"
+                    )
                 context = PolicyContext(
                     trajectory, tuple(history), step.observation, step.info, seed, rng, turn + replayed, replayed
                 )

@@ -28,6 +28,7 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
                 ContextLengthError
             WorkerLostError
             InvalidOutcomeError [ValueError]
+            BudgetExhaustedError
         UsageError
             ProtocolError [TypeError]
             EventLoopError [RuntimeError]
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnswerTooLargeError",
+    "BudgetExhaustedError",
     "ContextLengthError",
     "ContinuationError",
     "ContinuationLimitError",
@@ -251,3 +253,8 @@ def _type(value: object) -> str:
 def _short(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class BudgetExhaustedError(ContinuationError):
+    """The call's budget of extra policy turns (``ProverConfig.max_extra_share``) had no turn left for this
+    continuation: it was stopped before its next turn, or not started (:mod:`prover_core.budget`)."""

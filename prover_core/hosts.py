@@ -2,8 +2,8 @@
 
 An adapter imports from this module only (``tests/test_architecture.py`` checks it), so the library's surface to
 the hosts is this list: the pipeline, the data at the boundary, the engine policy, the credit's token spreading,
-the typed errors, and :func:`require_hosts`, which checks that the host library is installed and says how to
-install it otherwise.
+the judge-against-chance window (``LiftWindow``: each adapter keeps one across steps), the typed errors, and
+:func:`require_hosts`, which checks that the host library is installed and says how to install it otherwise.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import importlib.util
 
 from prover_core.batching import Batcher
 from prover_core.bonus import BonusResult, compute_bonus, group_batch
+from prover_core.chance import LiftWindow
 from prover_core.config import ProverConfig
 from prover_core.credit import mask_runs, spans_off_mask, spread_to_tokens
 from prover_core.data import Trajectory, Turn
@@ -46,6 +47,7 @@ __all__ = [
     "GroupRecord",
     "InvalidBatchError",
     "Judge",
+    "LiftWindow",
     "Policy",
     "PolicyContext",
     "ProverConfig",

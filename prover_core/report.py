@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prover_core.acceptance import Direction as Direction  # re-exported: defined beside the rules
 from prover_core.batch_checks import WARNING_KINDS, BatchWarning
+from prover_core.chance import Lift, LiftWindow
 from prover_core.data import Proposal, Verification
 
 __all__ = [
@@ -27,7 +28,7 @@ Status = Literal["not_eligible", "unverified", "declined", "skipped", "rejected"
 """What became of a group, from the trigger to the credit."""
 Stage = Literal["trigger", "propose", "verify", "credit"]
 """The stage that settled a group's record (where it was left out, declined or skipped, or credited)."""
-FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error"]
+FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "budget", "error"]
 """Why a continuation failed, as counted in :class:`VerifyStats`."""
 TIMED_STAGES = ("propose", "verify", "outside", "total")
 """The wall times the report logs (``prover/time/<name>``): the ``propose`` and ``verify`` stages, the time
@@ -35,7 +36,15 @@ TIMED_STAGES = ("propose", "verify", "outside", "total")
 RENAMED_TIMINGS = {"credit": "outside"}
 """Former timing names -> current ones. ``Report.timings`` may hold a former name; :meth:`Report.metrics` logs
 the current name, and the former one beside it as an alias for one release (``time/credit``)."""
-FAILURE_KINDS: tuple[FailureKind, ...] = ("turn_limit", "timeout", "worker_lost", "restore", "invalid_outcome", "error")
+FAILURE_KINDS: tuple[FailureKind, ...] = (
+    "turn_limit",
+    "timeout",
+    "worker_lost",
+    "restore",
+    "invalid_outcome",
+    "budget",
+    "error",
+)
 """Every :data:`FailureKind`, in report order."""
 
 
@@ -45,7 +54,8 @@ class VerifyStats(BaseModel):
     ``spent`` counts continuations launched (finished or failed; a terminal post boundary, whose
     outcome is recorded, costs nothing); ``budget`` is the most it could have launched (2 x K for
     fixed sampling, 2 x ``adaptive_max_k`` for adaptive). ``stop`` says why sampling ended: ``fixed``,
-    ``accept``, ``futile``, ``budget``, ``curtailed`` or ``incomplete`` (too many failures).
+    ``accept``, ``futile``, ``budget`` (adaptive: its most pairs; fixed: the call's turn budget stopped some
+    continuations, :mod:`prover_core.budget`), ``curtailed`` or ``incomplete`` (too many failures).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -67,6 +77,9 @@ class VerifyStats(BaseModel):
     """The round of sequential policy calls, counted from the start of the call's verification, at which this
     verification's last continuation ended (:class:`~prover_core.clock.PolicyClock`)."""
     stop: str = "fixed"
+    budget_turns: int = 0
+    """Policy turns of continuations the call's turn budget then stopped (``max_extra_share``): spent, no outcome;
+    counted in the verification's ``policy_turns``."""
     failures: dict[str, int] = Field(default_factory=dict)
     """Failed continuations by kind (see ``FAILURE_KINDS``)."""
     accept_evidence: float | None = None
@@ -77,7 +90,8 @@ class GroupRecord(BaseModel):
     """The path of one group through trigger, propose, verify and credit.
 
     ``status`` is ``not_eligible`` (trigger said no), ``unverified`` (eligible, left out by
-    ``max_verified_groups``; GRPO credit), ``declined`` (the judge declined),
+    ``max_verified_groups`` or by the turn budget's plan, ``budget_plan``; GRPO credit),
+    ``declined`` (the judge declined),
     ``skipped`` (something failed: ``stage`` and ``reason`` say what; the group keeps GRPO credit),
     ``rejected`` (verified, the acceptance rule said no) or ``accepted`` (bonus applied).
     """
@@ -98,6 +112,11 @@ class GroupRecord(BaseModel):
     verify_stats: VerifyStats | None = None
     uncredited_turns: tuple[int, ...] = ()
     """Turns of an accepted segment whose token span is empty: their credit reaches no token."""
+    control: bool = False
+    """The group verified a random control segment of the judge's length in place of the judge's
+    (``ProverConfig.control_share``): ``proposal`` is the control's, ``reason`` names the judge's."""
+    credit: float = 0.0
+    """The credit the group's accepted segment added: ``lam * |Delta| * (segment turns)`` (0 unless accepted)."""
 
 
 class Report(BaseModel):
@@ -122,6 +141,28 @@ class Report(BaseModel):
     was measured)."""
     engine_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
+    turn_budget: int | None = None
+    """The call's cap on verification's policy turns (``max_extra_share x rollout_turns``), ``None`` uncapped."""
+    lift: Lift | None = None
+    """The judge against chance (``ProverConfig.control_share > 0``): the counts of a running window across steps
+    (:meth:`windowed`), or this call's alone (:attr:`step_lift`); logged as ``judge_lift`` and its interval."""
+
+    @property
+    def step_lift(self) -> Lift:
+        """This call's judge and control segments: decided (accepted or rejected) and accepted, positive credit."""
+        decided = [g for g in self.groups if g.direction == "gain" and g.status in ("accepted", "rejected")]
+        judge = [g for g in decided if not g.control]
+        control = [g for g in decided if g.control]
+        return Lift(
+            sum(g.status == "accepted" for g in judge),
+            len(judge),
+            sum(g.status == "accepted" for g in control),
+            len(control),
+        )
+
+    def windowed(self, window: LiftWindow) -> Report:
+        """This report with :attr:`step_lift` added to ``window`` and ``lift`` the window's total."""
+        return self.model_copy(update={"lift": window.add(self.step_lift)})
 
     def count(self, *statuses: Status) -> int:
         return sum(g.status in statuses for g in self.groups)
@@ -154,6 +195,15 @@ class Report(BaseModel):
         ``time/propose``, ``time/verify``, ``time/outside`` (the rest of the call: validation, trigger, GRPO and
         the bonus) and ``time/total``: wall seconds; ``time/credit``, the former name of ``time/outside``, is
         logged beside it for one release.
+        Budget (``max_extra_share`` set): ``turn_budget`` (the cap in policy turns), ``groups_skipped_budget``
+        (groups the budget left undecided: GRPO credit) and ``budget_wasted_turns`` (turns of continuations it
+        stopped, in ``policy_turns``).
+        Return: ``credit_per_extra_turn`` = the credit the call added per policy turn verification spent,
+        ``sum over accepted groups of lam * |Delta| * (segment turns) / policy_turns`` (0 when no turn was spent).
+        With controls (``lift`` set): ``judge_lift``, ``judge_lift_low``/``_high`` (its 95% interval),
+        ``judge_accept_rate``, ``control_accept_rate``, ``judge_verified``, ``control_verified``
+        (:meth:`~prover_core.chance.Lift.metrics`; NaN until both kinds have been decided) and ``groups_control``
+        (this call's control groups).
         The continuation policy's own figures follow unprefixed (``engine_logprob_gap_mean`` and the
         other figures of :class:`~prover_core.engine.parity.ParityMonitor`).
         """
@@ -201,6 +251,17 @@ class Report(BaseModel):
                 sum(g.proposal.segment.num_turns for g in accepted if g.proposal) / len(accepted) if accepted else 0.0
             ),
         }
+        if self.turn_budget is not None:
+            out["turn_budget"] = self.turn_budget
+            out["groups_skipped_budget"] = sum(
+                g.status == "skipped" and g.verify_stats is not None and g.verify_stats.failures.get("budget", 0) > 0
+                for g in self.groups
+            )
+            out["budget_wasted_turns"] = sum(s.budget_turns for s in stats)
+        out["credit_per_extra_turn"] = sum(g.credit for g in self.groups) / policy_turns if policy_turns else 0.0
+        if self.lift is not None:
+            out.update(self.lift.metrics(prefix=""))
+            out["groups_control"] = sum(g.control for g in self.groups)
         out.update({f"continuations_failed/{k}": float(v) for k, v in failures.items()})
         if drop:
             out.update(

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 
+from prover_core.budget import TurnBudget
 from prover_core.clock import METER, Meter, PolicyClock
 from prover_core.config import ProverConfig
-from prover_core.continuations import Continuer, failure_kind, usage_error
+from prover_core.continuations import Continuer, failure_kind, metered, usage_error
 from prover_core.data import Outcome, Segment, Trajectory
-from prover_core.errors import ContinuationTimeoutError
+from prover_core.errors import BudgetExhaustedError, ContinuationLimitError, ContinuationTimeoutError
 
 __all__ = ["Result", "Runner", "failures", "halt", "incomplete_reason", "tally"]
 
@@ -34,9 +35,19 @@ class Runner:
         config: ProverConfig,
         limit: asyncio.Semaphore,
         clock: PolicyClock | None = None,
+        budget: TurnBudget | None = None,
     ) -> None:
         self.trajectory, self.continuer, self.config, self.limit = trajectory, continuer, config, limit
         self.clock = clock or PolicyClock()
+        self.budget = budget
+        """The call's turn budget (:mod:`prover_core.budget`): metered continuations take each turn from it, the
+        others reserve ``max_continuation_turns`` before they start."""
+        self.reserve = 0 if budget is None or metered(continuer) else config.max_continuation_turns
+        self.budget_stopped = 0
+        """Continuations the budget stopped (or did not start)."""
+        self.budget_turns = 0
+        """Policy turns taken by continuations the budget then stopped: spent, and no outcome for them."""
+        self._budget_meters: set[int] = set()
         self.spent = 0
         """Continuations launched (started running; finished, failed or stopped)."""
         self.cancelled = 0
@@ -53,14 +64,33 @@ class Runner:
         if turn == self.trajectory.num_turns:  # terminal post boundary: its outcome is recorded
             return Outcome(success=self.trajectory.success)
         meter = meter or Meter(self.clock)
+        meter.budget = self.budget
         async with self.limit:
+            if self.reserve and self.budget is not None and not self.budget.take(self.reserve):
+                self.budget_stopped += 1
+                return BudgetExhaustedError(
+                    f"the call's budget of extra policy turns is spent: not started ({self.reserve} turns reserved "
+                    f"per continuation, {self.budget.left} left; ProverConfig.max_extra_share)"
+                )
             meter.start, meter.started = self.clock.now, True  # one that waited for a slot starts later
             self.spent += 1
             token = METER.set(meter)
+            used = 0
             try:
                 outcome = await self._call(turn, seed, replay)
+                used = outcome.turns
                 meter.finish(outcome.turns)
+                if self.reserve and outcome.turns > self.reserve:
+                    raise ContinuationLimitError(
+                        f"the continuation reported {outcome.turns} policy turns, more than max_continuation_turns "
+                        f"({self.reserve}) that the turn budget reserved for it"
+                    )
                 return outcome
+            except BudgetExhaustedError as exc:
+                self.budget_stopped += 1
+                self.budget_turns += meter.turns
+                self._budget_meters.add(id(meter))  # its turns are counted here, not again if curtailment discards it
+                return exc
             except Exception as exc:
                 fatal = usage_error(exc)
                 if fatal is exc:
@@ -73,6 +103,8 @@ class Runner:
             finally:
                 METER.reset(token)
                 self.last_round = max(self.last_round, meter.start + meter.turns)
+                if self.reserve and self.budget is not None:
+                    self.budget.give_back(max(0, self.reserve - used))
 
     async def _call(self, turn: int, seed: int, replay: int) -> Outcome:
         if replay:
@@ -114,7 +146,7 @@ class Runner:
         """
         halt(tasks, meters)
         await asyncio.gather(*tasks, return_exceptions=True)
-        started = [m for m in meters if m.started]
+        started = [m for m in meters if m.started and id(m) not in self._budget_meters]
         self.cancelled += len(started)
         self.cancelled_turns += sum(m.turns for m in started)
 

@@ -40,10 +40,12 @@ import hashlib
 import json
 import pickle
 import zlib
+from typing import Any
 
 import numpy as np
 
 from prover_core.acceptance import AcceptanceRule, Direction
+from prover_core.budget import TurnBudget, settled_by, stopped_counts
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
 from prover_core.continuations import Continuer, metered
@@ -126,14 +128,18 @@ async def verify_segment_detailed(
     limit: asyncio.Semaphore | None = None,
     direction: Direction = "gain",
     clock: PolicyClock | None = None,
+    budget: TurnBudget | None = None,
 ) -> tuple[Verification, VerifyStats]:
     """Verify ``segment`` by ``config.sampling`` and return the verification with its cost and stopping.
 
     ``direction="drop"`` asks whether the segment *lowered* the success rate (negative credit). ``clock``: the
-    :class:`PolicyClock` of every verification that runs together (default: one of its own).
+    :class:`PolicyClock` of every verification that runs together (default: one of its own). ``budget``: the call's
+    :class:`~prover_core.budget.TurnBudget`; a fixed-K verification some of whose continuations it stopped is
+    decided where the outcomes in settle it (:func:`~prover_core.budget.settled_by`), else incomplete, with
+    ``stop="budget"``.
     """
     limit = limit or asyncio.Semaphore(config.max_concurrency)
-    runner = Runner(trajectory, continuer, config, limit, clock)
+    runner = Runner(trajectory, continuer, config, limit, clock, budget)
     if config.sampling == "adaptive":
         return await _adaptive(runner, segment, direction)
     return await _fixed(runner, segment, direction)
@@ -150,7 +156,7 @@ async def _fixed(runner: Runner, segment: Segment, direction: Direction) -> tupl
         results = await runner.pairs(segment, pre_seeds, post_seeds)
         pre, post = results[: config.k], results[config.k :]
     counts = tally(pre, post)
-    counts["policy_turns"] += runner.cancelled_turns
+    counts["policy_turns"] += runner.cancelled_turns + runner.budget_turns
     waited = config.curtail and not skipped and (config.curtail_mode == "wait" or not metered(runner.continuer))
     stats = dict(
         sampling="fixed",
@@ -163,7 +169,11 @@ async def _fixed(runner: Runner, segment: Segment, direction: Direction) -> tupl
         rounds=2 if waited else 1,
         policy_rounds=runner.last_round,
         failures=failures(pre + post),
+        budget_turns=runner.budget_turns,
     )
+    stopped = stopped_counts(pre, post)
+    if any(stopped) and not skipped:
+        return _budget_decision(counts, stopped, rule, direction, config, stats)
     second = ("pre" if direction == "gain" else "post") if skipped else None
     reason = incomplete_reason(pre, post, config.required_finished, config.k, not_run=second)
     if reason is not None:
@@ -186,6 +196,31 @@ async def _fixed(runner: Runner, segment: Segment, direction: Direction) -> tupl
         counts["pre_successes"], counts["pre_count"], counts["post_successes"], counts["post_count"], direction
     )
     return Verification(accepted=accepted, reason=reason, **counts), VerifyStats(stop="fixed", **stats)
+
+
+def _budget_decision(
+    counts: dict[str, int],
+    stopped: tuple[int, int],
+    rule: AcceptanceRule,
+    direction: Direction,
+    config: ProverConfig,
+    stats: dict[str, Any],
+) -> tuple[Verification, VerifyStats]:
+    """A verification the turn budget cut short: decided where the outcomes in settle it, else incomplete."""
+    pre, post = (counts["pre_successes"], counts["pre_count"]), (counts["post_successes"], counts["post_count"])
+    other = counts["failed_continuations"] - sum(stopped)
+    cut = f"the turn budget stopped {stopped[0]} pre and {stopped[1]} post continuations"
+    decided = settled_by(rule, config.k, pre, post, stopped, direction) if other == 0 else None
+    if decided is None:
+        reason = (
+            f"budget: {cut}, and the outcomes in (pre {pre[0]}/{pre[1]}, post {post[0]}/{post[1]}) do not settle it"
+        )
+        return Verification(accepted=False, reason=reason, incomplete=True, **counts), VerifyStats(
+            stop="budget", **stats
+        )
+    accepted, why = decided
+    reason = f"budget: {cut}; every outcome they could have had gives the same decision: {why}"
+    return Verification(accepted=accepted, reason=reason, **counts), VerifyStats(stop="budget", **stats)
 
 
 async def _adaptive(runner: Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:

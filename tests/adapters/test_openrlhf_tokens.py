@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
+import math
 import sys
 from collections import Counter
 from types import SimpleNamespace as NS
@@ -280,3 +282,19 @@ def test_sleeping_engines_are_woken_only_around_a_verification() -> None:
         maker.compute_advantages_and_returns(prepared(maker, samples))
         assert calls == expected
         assert maker.last_report.groups[0].status == ("not_eligible" if not expected else "accepted")
+
+
+def test_the_judge_against_chance_is_logged_over_a_window_of_steps() -> None:
+    """``control_share=1``: the one eligible group verifies a random control segment each step; the experience
+    maker's window pools the steps (``prover/control_verified`` counts both), the judge's side is still empty."""
+    engine, store = InProcessRolloutActor(), LocalRecordStore()
+    maker = maker_with_engine(engine, store)
+    maker._prover = dataclasses.replace(maker._prover, config=ProverConfig(k=8, lam=LAM, control_share=1.0))
+    for step in (1, 2):
+        maker.compute_advantages_and_returns(prepared(maker, recorded_rollout(engine, store)))
+        metrics = maker.last_metrics
+        (group,) = maker.last_report.groups
+        assert group.control and group.status in ("accepted", "rejected")
+        assert metrics["prover/groups_control"] == 1.0 and metrics["prover/control_verified"] == float(step)
+        assert metrics["prover/judge_verified"] == 0.0 and math.isnan(metrics["prover/judge_lift"])
+        assert metrics["prover/credit_per_extra_turn"] == pytest.approx(group.credit / metrics["prover/policy_turns"])

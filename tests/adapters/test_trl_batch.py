@@ -129,6 +129,13 @@ def test_owner_is_the_process_holding_the_representative() -> None:
     assert owners(rows, 2, ProverConfig(trigger_high=0.75))["g0"] == 0  # shortest success r1 is on process 0
 
 
+def test_merge_reports_adds_the_processes_turn_budgets() -> None:
+    """Each process caps its own rollout's turns (``max_extra_share``): the step's cap is their sum."""
+    assert merge_reports([Report(turn_budget=3), Report(turn_budget=4), Report()]).turn_budget == 7
+    assert merge_reports([Report(), Report()]).turn_budget is None
+    assert "prover/turn_budget" not in merge_reports([Report()]).metrics()
+
+
 def test_merge_reports_sums_counts() -> None:
     a = Report(
         groups=[GroupRecord(group_id="g0", size=4, successes=0, status="not_eligible")],

@@ -249,6 +249,34 @@ def test_spans_from_env_mask_and_continue_from_hook(tmp_path: Path) -> None:
         assert bonus[b, start:end].eq(1.0).all() and bonus.sum() == end - start
 
 
+def test_the_judge_against_chance_is_logged_over_a_window_of_steps(tmp_path: Path) -> None:
+    """``control_share=1``: each step's one eligible group verifies a random control turn (the judge nominates
+    turn 1), and the trainer's window pools the steps: ``prover/control_verified`` logs 1, then 2."""
+    full = make_rollout_func(LuckyDoor, max_turns=5)
+    tokenizer = word_tokenizer()
+    trainer = _recording(ProverGRPOTrainer)(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        reward_funcs=success_reward,
+        args=_args(tmp_path),
+        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
+        processing_class=tokenizer,
+        rollout_func=full,
+        prover=ProverSetup(
+            judge=FixedJudge(1, 1),
+            continue_from=lambda trajectory, turn, seed: turn >= 2,
+            config=ProverConfig(k=K, control_share=1.0),
+        ),
+    )
+    trainer.train()
+    for result in trainer.results:
+        (record,) = [g for g in result.report.groups if g.status != "not_eligible"]
+        assert record.control and record.proposal is not None and record.proposal.segment.num_turns == 1
+    logged = [log for log in trainer.state.log_history if "prover/control_verified" in log]
+    assert [log["prover/control_verified"] for log in logged] == [1.0, 2.0]
+    assert all(log["prover/judge_verified"] == 0.0 and log["prover/groups_control"] == 1.0 for log in logged)
+    assert trainer.prover_lift is not None and trainer.prover_lift.total.control_verified == 2
+
+
 def test_env_or_continue_from_is_required(tmp_path: Path) -> None:
     tokenizer = word_tokenizer()
     with pytest.raises(ValueError, match="needs env"):

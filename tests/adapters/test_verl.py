@@ -33,6 +33,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 import prover_verl  # noqa: E402
 from prover_core import Decline, Proposal, ProverConfig, Segment, SegmentRules, Trajectory, Turn  # noqa: E402
+from prover_core.chance import LiftWindow  # noqa: E402
 from prover_verl import (  # noqa: E402
     HookMissingError,
     ProverStep,
@@ -297,3 +298,21 @@ def test_default_rows_follow_the_order_of_the_trajectories_even_with_groups_inte
         adv = compute_advantage(data, adv_estimator="prover", config=algo(False)).batch["advantages"]
     assert adv[1].tolist() == pytest.approx([0.75, 0.75, 0, 1.75, 1.75, 1.75, 0, 0.75, 0, 0])
     assert adv[0, 0].item() == pytest.approx(0.5) and adv[2, 0].item() == pytest.approx(-0.5)
+
+
+def test_a_steps_lift_window_pools_the_judge_against_chance_across_steps() -> None:
+    """``ProverStep.lift`` reaches ``compute_bonus``: with ``control_share=1`` group g0 verifies a random control
+    turn each step, and the window kept across steps counts both (``prover/control_verified``)."""
+    window = LiftWindow(10)
+    config = ProverConfig(k=4, lam=LAM, control_share=1.0)
+    for n in (1, 2):
+        continuations = CountingContinuations({0: 0, 1: 1, 2: 3})
+        with prover_step(step(config=config, lift=window, continue_from=continuations)) as s:
+            compute_advantage(default_batch(), adv_estimator="prover", config=algo(False))
+        assert s.result is not None
+        (g0,) = [g for g in s.result.report.groups if g.group_id == "g0"]
+        assert g0.control and g0.proposal is not None and g0.proposal.segment.num_turns == 1
+        metrics = s.result.report.metrics()
+        assert metrics["prover/control_verified"] == float(n) and metrics["prover/judge_verified"] == 0.0
+        assert math.isnan(metrics["prover/judge_lift"]) and metrics["prover/groups_control"] == 1.0
+    assert window.total.control_verified == 2

@@ -19,6 +19,7 @@ The scripted model: without a seed it plays the script's next character (one tok
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -541,3 +542,29 @@ def test_nothing_creditable_runs_verls_step_without_waking(cluster: Any) -> None
     adv = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])["advantages"]
     assert float(adv.to_padded_tensor(padding=0.0).abs().sum()) == 0.0  # all-fail group: GRPO gives 0
     tq.kv_clear(keys=keys, partition_id="train")
+
+
+class ControlSpec(CorridorSpec):
+    def prover_config(self) -> ProverConfig:
+        return ProverConfig(k=K, lam=LAM, control_share=1.0)
+
+
+def test_the_trainer_logs_the_judge_against_chance_over_a_window_of_steps(cluster: Any) -> None:
+    """``control_share=1``: the trainer keeps one ``LiftWindow`` across advantage steps and logs it; the one eligible
+    group verifies a random control turn each step, so ``prover/control_verified`` counts 1, then 2."""
+    servers = cluster["servers"]
+    trainer = ProverTrainerSync(compose(**{"+prover.spec": f"{__name__}.ControlSpec"}))
+    trainer.tokenizer, trainer.llm_server_manager = char_tokenizer(), cluster["manager"]
+    trainer.checkpoint_manager = checkpoint_manager(servers)
+    for step in (1, 2):
+        set_all(servers, awake=True, mode="ok")
+        keys, _ = record_sessions(cluster, f"uidcontrol{step}")
+        take(servers)
+        trainer.global_steps = 5 + step
+        metrics: dict[str, Any] = {}
+        trainer._compute_advantage(KVBatchMeta(keys=keys, tags=tags_of(keys), partition_id="train"), metrics)
+        take(servers)
+        assert metrics["prover/groups_control"] == 1.0 and metrics["prover/control_verified"] == float(step)
+        assert metrics["prover/judge_verified"] == 0.0 and math.isnan(metrics["prover/judge_lift"])
+        tq.kv_clear(keys=keys, partition_id="train")
+    assert trainer.prover_lift is not None and trainer.prover_lift.total.control_verified == 2

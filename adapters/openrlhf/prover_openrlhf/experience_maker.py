@@ -36,7 +36,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # type: ignore[import-untyped]
 from openrlhf.utils.logging_utils import init_logger  # type: ignore[import-untyped]
 
-from prover_core.hosts import BonusResult, EnginePolicy, Report, Trajectory, compute_bonus
+from prover_core.hosts import BonusResult, EnginePolicy, LiftWindow, Report, Trajectory, compute_bonus
 from prover_openrlhf.batch import Row, batch_rows, plan_batch
 from prover_openrlhf.engine import RolloutEngines, find_engines
 from prover_openrlhf.prover_setup import ProverSetup, load_setup
@@ -62,6 +62,8 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         self._prover = prover
         self._vllm_engines = vllm_engines
         self.prover_step = 0
+        self.prover_lift: LiftWindow | None = None
+        """The judge against chance across steps (``control_share > 0``), logged as ``prover/judge_lift``."""
         self.last_report: Report | None = None
         self.last_metrics: dict[str, float] = {}
         self.last_result: BonusResult | None = None
@@ -114,6 +116,10 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
                 )
             turn_bonus = dict(result.turn_bonus)
         report = result.report if result is not None else Report()
+        if config.control_share > 0:  # every step enters the window, one without eligible groups too
+            if self.prover_lift is None:
+                self.prover_lift = LiftWindow(config.lift_window)
+            report = report.windowed(self.prover_lift)
         groups = sorted([*report.groups, *plan.left_out], key=lambda g: int(g.group_id))
         self.last_report = report.model_copy(update={"groups": groups})
         self.last_result = result

@@ -160,4 +160,9 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         judge_stats=stats,
         timings=timings,
         engine_stats=merge_metrics([r.engine_stats for r in reports]),
+        turn_budget=(  # each process's cap is its share of its own rollout's turns: the caps add up
+            sum(r.turn_budget for r in reports if r.turn_budget is not None)
+            if any(r.turn_budget is not None for r in reports)
+            else None
+        ),
     )

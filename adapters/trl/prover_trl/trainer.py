@@ -41,6 +41,7 @@ from prover_core.hosts import (
     Generation,
     GroupRecord,
     Judge,
+    LiftWindow,
     Policy,
     ProverConfig,
     Report,
@@ -155,6 +156,8 @@ class ProverGRPOTrainer(GRPOTrainer):
         self.prover_policy: Policy | None = None
         self.prover_last_result: BonusResult | None = None
         self.prover_last_report: Report | None = None
+        self.prover_lift: LiftWindow | None = None
+        """The judge against chance across steps (``control_share > 0``), logged as ``prover/judge_lift``."""
         self._prover_generated: tuple[Any, ...] | None = None
         self._prover_rewards: torch.Tensor | None = None
         self._prover_calls = 0
@@ -494,6 +497,11 @@ class ProverGRPOTrainer(GRPOTrainer):
                 "rollout_rounds": max(b.turns for b in everyone),
             }
         )
+        config = self.prover.config
+        if config.control_share > 0:  # the judge against chance, over a window of steps kept on the trainer
+            if self.prover_lift is None:
+                self.prover_lift = LiftWindow(config.lift_window)
+            merged = merged.windowed(self.prover_lift)
         self.prover_last_result, self.prover_last_report = result, merged
         metrics = merged.metrics()
         if metrics.get("prover/policy_calls"):  # TrainerPolicy's generate calls: their mean batch

@@ -25,7 +25,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prover_core.hosts import BonusResult, ContinueFn, Judge, Policy, ProverConfig, RestorableEnv, Trajectory
+from prover_core.hosts import (
+    BonusResult,
+    ContinueFn,
+    Judge,
+    LiftWindow,
+    Policy,
+    ProverConfig,
+    RestorableEnv,
+    Trajectory,
+)
 from prover_verl.errors import HookMissingError
 
 
@@ -62,12 +71,15 @@ class ProverStep:
     rows: Sequence[str | RowTurns | None] | None = None
     batch_keys: Sequence[str] | None = None
     check_rewards: bool = True
+    lift: LiftWindow | None = None
+    """The running window of the judge against chance (``config.control_share > 0``), kept across steps by the
+    caller (``ProverTrainerMixin`` keeps one): ``compute_bonus(..., lift=...)``, logged as ``prover/judge_lift``."""
     result: BonusResult | None = field(default=None, init=False)
 
     def bonus_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`prover_core.compute_bonus` (unset continuation hooks left out)."""
         kwargs: dict[str, Any] = {"judge": self.judge, "config": self.config}
-        for name in ("env", "policy", "continue_from", "executor"):
+        for name in ("env", "policy", "continue_from", "executor", "lift"):
             value = getattr(self, name)
             if value is not None:
                 kwargs[name] = value

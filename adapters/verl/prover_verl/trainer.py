@@ -28,7 +28,15 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from prover_core.hosts import EnginePolicy, ReplayEnv, TokenStore, Trajectory, group_batch, success_rate
+from prover_core.hosts import (
+    EnginePolicy,
+    LiftWindow,
+    ReplayEnv,
+    TokenStore,
+    Trajectory,
+    group_batch,
+    success_rate,
+)
 from prover_verl.agent_loop import TRAJECTORY_FIELD
 from prover_verl.engine import VerlServerEngine, sglang_seed_note
 from prover_verl.errors import RowAlignmentError, SetupError
@@ -95,6 +103,8 @@ class ProverTrainerMixin:
         if note is not None:
             warnings.warn(note, stacklevel=2)
         self._prover_spec: ProverSpec | None = None
+        self.prover_lift: LiftWindow | None = None
+        """The judge against chance across steps (``control_share > 0``), logged as ``prover/judge_lift``."""
         super().__init__(config)  # type: ignore[call-arg]
 
     @property
@@ -139,12 +149,16 @@ class ProverTrainerMixin:
             ),
             sampling=spec.sampling(),
         )
+        config = spec.prover_config()
+        if config.control_share > 0 and self.prover_lift is None:
+            self.prover_lift = LiftWindow(config.lift_window)
         return ProverStep(
             trajectories=trajectories,
             judge=spec.judge(),
             env=ReplayEnv(spec.make_env),
             policy=policy,
-            config=spec.prover_config(),
+            config=config,
+            lift=self.prover_lift,
             rows=rows,
             batch_keys=list(keys),
             check_rewards=not bool(self.config.algorithm.use_kl_in_reward),

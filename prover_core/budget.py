@@ -1,0 +1,111 @@
+"""A hard cap on verification's extra policy turns per ``compute_bonus`` call (``ProverConfig.max_extra_share``).
+
+The cap is ``floor(max_extra_share x the rollout's policy turns)``, the rollout's turns being the turns of every
+trajectory of the batch (``Report.rollout_turns``: one policy call per turn, the denominator of
+``prover/extra_turn_share``). One :class:`TurnBudget` holds it for the call, and every policy turn of verification
+is taken from it before it is acted:
+
+* a continuation that runs here (env and policy, a ``LocalExecutor`` with env and policy: ``Metered``) takes one
+  turn before each policy call and stops, with :class:`~prover_core.errors.BudgetExhaustedError`, when none is
+  left;
+* one that runs elsewhere (a ``continue_from`` hook, a remote executor) reports its turns only at its end, so it
+  reserves ``max_continuation_turns`` before it starts (not started when they are not left) and gives back what it
+  did not use. Such a hook must keep that turn limit (``Outcome.turns <= max_continuation_turns``) for the cap to
+  hold; an outcome reporting more is counted as failed (``turn_limit``) and its excess reported.
+
+So the turns taken never exceed the cap (tested with continuations in flight). A verification whose continuations
+the budget stopped is decided only where the outcomes already in settle it (every way the stopped ones could have
+ended gives the same decision under the rule, :func:`settled_by`), else its group is skipped with a reason that
+says ``budget`` and keeps GRPO credit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from prover_core.acceptance import AcceptanceRule, Direction
+from prover_core.errors import BudgetExhaustedError
+
+__all__ = ["TurnBudget", "expected_cost", "plan", "settled_by", "stopped_counts"]
+
+
+class TurnBudget:
+    """``limit`` policy turns, taken and given back (thread-safe: continuations may run in threads)."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError(f"a turn budget cannot be negative, got {limit}")
+        self.limit, self.used, self.peak = limit, 0, 0
+        self._lock = threading.Lock()
+
+    def take(self, turns: int = 1) -> bool:
+        """Take ``turns`` if that many are left; whether it did."""
+        with self._lock:
+            if self.used + turns > self.limit:
+                return False
+            self.used += turns
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def give_back(self, turns: int) -> None:
+        """Return ``turns`` taken and not used (a reservation's unused part)."""
+        with self._lock:
+            self.used -= min(turns, self.used)
+
+    @property
+    def left(self) -> int:
+        return self.limit - self.used
+
+
+def settled_by(
+    rule: AcceptanceRule,
+    k: int,
+    pre: tuple[int, int],
+    post: tuple[int, int],
+    stopped: tuple[int, int],
+    direction: Direction = "gain",
+) -> tuple[bool, str] | None:
+    """The decision of ``rule`` on ``k`` continuations per boundary whatever the stopped ones would have given, or
+    ``None`` when they could change it.
+
+    ``pre``/``post``: ``(successes, finished)``; ``stopped``: how many the budget stopped at each boundary. Every
+    completion (``i`` of the stopped pre continuations and ``j`` of the post ones succeed) is tried. An acceptance
+    needs a finished continuation at each boundary (its ``Delta`` is measured on them).
+    """
+    decisions: set[bool] = set()
+    reason = ""
+    for i in range(stopped[0] + 1):
+        for j in range(stopped[1] + 1):
+            ok, reason = rule.accept(pre[0] + i, pre[1] + stopped[0], post[0] + j, post[1] + stopped[1], direction)
+            decisions.add(ok)
+    if len(decisions) != 1 or (True in decisions and not (pre[1] and post[1])):
+        return None
+    return decisions.pop(), reason
+
+
+def stopped_counts(pre: Sequence[object], post: Sequence[object]) -> tuple[int, int]:
+    """How many results of each boundary are :class:`~prover_core.errors.BudgetExhaustedError`."""
+    return (
+        sum(isinstance(r, BudgetExhaustedError) for r in pre),
+        sum(isinstance(r, BudgetExhaustedError) for r in post),
+    )
+
+
+def expected_cost(lengths: Sequence[int], start: int, end: int, k: int) -> float:
+    """What verifying ``[start, end]`` is expected to cost before it runs: ``k`` continuations from each boundary,
+    each as long as the turns the group's recorded runs had left after it, ``mean_i max(1, T_i - b)`` for
+    ``b = start`` and ``b = end + 1`` (an upper estimate: curtailment often saves one boundary's share)."""
+    left = [sum(max(1, t - b) for t in lengths) / len(lengths) for b in (start, end + 1)]
+    return k * sum(left)
+
+
+def plan(costs: Sequence[float], scores: Sequence[float], cap: int) -> list[bool]:
+    """Which groups to verify under a cap of ``cap`` turns: in decreasing ``scores`` (ties: the given order), each
+    group whose expected cost still fits beside those already kept (a greedy knapsack, so a cheaper group later in
+    the order may still fit)."""
+    keep, total = [False] * len(costs), 0.0
+    for i in sorted(range(len(costs)), key=lambda i: -scores[i]):
+        if total + costs[i] <= cap:
+            keep[i], total = True, total + costs[i]
+    return keep
