@@ -306,7 +306,7 @@ async def _verify_case(
         return case.record("skipped", "verify", verification.reason, **found), None
     if not verification.accepted:
         return case.record("rejected", "verify", verification.reason, **found), None
-    lam = config.lam if case.direction == "gain" else config.debit_lam
+    lam = config.lam if case.direction == "gain" else config.effective_negative_lam
     bonus = segment_bonus(examined.num_turns, answer.segment, verification.delta, lam)
     uncredited = _uncredited(examined, answer.segment.start, answer.segment.end)
     if uncredited:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -201,5 +202,8 @@ class ProverConfig(BaseModel):
 
     @property
     def debit_lam(self) -> float:
-        """Former name of :attr:`effective_negative_lam` (negative credit has one name); read that instead."""
+        """Former name of :attr:`effective_negative_lam` (negative credit has one name); deprecated: read that."""
+        warnings.warn(
+            "ProverConfig.debit_lam is deprecated: read ProverConfig.effective_negative_lam", DeprecationWarning, 2
+        )
         return self.effective_negative_lam

@@ -57,7 +57,7 @@ from prover_core.protocols import (
     require,
 )
 from prover_core.report import FailureKind
-from prover_core.restore import Env, observations_equal
+from prover_core.restore import Env, LiveEpisode, observations_equal
 
 Continuer = Callable[..., Awaitable[Outcome]]
 """``async (trajectory, turn, seed) -> Outcome``: one continuation from state ``s_turn``. Under
@@ -141,42 +141,52 @@ async def run_continuation(
     """
     meter = METER.get()
     episode = await restore_episode(env, trajectory, turn, seed, threaded)
-    history: list[Turn] = list(trajectory.turns[:turn])
-    step = episode.last
-    rng = policy_rng(seed)
-    replayed = 0
-    for taken in range(max_turns):
-        if meter is not None and meter.stopped:  # verification no longer needs it (prover_core.clock)
-            raise asyncio.CancelledError("verification stopped this continuation")
-        try:
-            if taken < replay:  # on the recorded path: the recorded choice again
-                recorded = trajectory.turns[turn + taken]
-                action = recorded.action
-                history.append(recorded)
-                replayed += 1
-            else:
-                if meter is not None and not meter.acquire():
-                    raise BudgetExhaustedError(
-                        f"the call's budget of extra policy turns is spent: stopped before its policy turn "
-                        f"{taken - replayed} (ProverConfig.max_extra_share)"
+    close = True
+    try:
+        history: list[Turn] = list(trajectory.turns[:turn])
+        step = episode.last
+        rng = policy_rng(seed)
+        replayed = 0
+        for taken in range(max_turns):
+            if meter is not None and meter.stopped:  # verification no longer needs it (prover_core.clock)
+                raise asyncio.CancelledError("verification stopped this continuation")
+            try:
+                if taken < replay:  # on the recorded path: the recorded choice again
+                    recorded = trajectory.turns[turn + taken]
+                    action = recorded.action
+                    history.append(recorded)
+                    replayed += 1
+                else:
+                    if meter is not None and not meter.acquire():
+                        raise BudgetExhaustedError(
+                            f"the call's budget of extra policy turns is spent: stopped before its policy turn "
+                            f"{taken - replayed} (ProverConfig.max_extra_share)"
+                        )
+                    context = PolicyContext(
+                        trajectory, tuple(history), step.observation, step.info, seed, rng, turn + replayed, replayed
                     )
-                context = PolicyContext(
-                    trajectory, tuple(history), step.observation, step.info, seed, rng, turn + replayed, replayed
-                )
-                action = await call_user(policy.act, context, threaded=threaded)
-                if meter is not None:
-                    meter.tick()
-                history.append(Turn(observation=step.observation, action=action))
-            step = await call_user(episode.step, action, threaded=threaded)
-        except ProverError:
-            raise
-        except Exception as exc:
-            raise ContinuationError(f"continuation raised at its turn {taken}: {type(exc).__name__}: {exc}") from exc
-        if step.done:
-            return Outcome(success=step.success, turns=taken + 1 - replayed)
-        if taken + 1 < replay and not _on_path(trajectory, turn + taken + 1, step):
-            replay = taken + 1  # a fresh transition left the recorded path: the policy acts from here
-    raise ContinuationLimitError(f"continuation did not end within {max_turns} turns")
+                    action = await call_user(policy.act, context, threaded=threaded)
+                    if meter is not None:
+                        meter.tick()
+                    history.append(Turn(observation=step.observation, action=action))
+                step = await call_user(episode.step, action, threaded=threaded)
+            except ProverError:
+                raise
+            except Exception as exc:
+                raise ContinuationError(
+                    f"continuation raised at its turn {taken}: {type(exc).__name__}: {exc}"
+                ) from exc
+            if step.done:
+                return Outcome(success=step.success, turns=taken + 1 - replayed)
+            if taken + 1 < replay and not _on_path(trajectory, turn + taken + 1, step):
+                replay = taken + 1  # a fresh transition left the recorded path: the policy acts from here
+        raise ContinuationLimitError(f"continuation did not end within {max_turns} turns")
+    except asyncio.CancelledError:
+        close = not threaded  # a thread may still be in the episode's step: it is closed once garbage (restore.py)
+        raise
+    finally:
+        if close and isinstance(episode, LiveEpisode):  # a restorer's own episode: its environment is closed now
+            episode.close()
 
 
 def _on_path(trajectory: Trajectory, turn: int, step: Step) -> bool:
