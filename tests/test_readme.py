@@ -143,3 +143,15 @@ def test_the_readme_credit_view_is_what_render_credit_prints() -> None:
     printed = render_credit(run_demo(groups=4).result, ["g02-6"], width=100).splitlines()
     for line in shown[1].splitlines():
         assert line in printed, line
+
+
+def test_the_readme_ranking_status_is_the_committed_seed_files() -> None:
+    """The bottom line's ranking sentence counts the seeds whose files are committed (issue 42's design: no verdict
+    before all 48 are in; once they are, the sentence must give the verdict instead)."""
+    done = len(list((ROOT / "benchmarks" / "results" / "llm-rank").glob("R12-lr0.000333333-seed*.json")))
+    said = re.search(r"under way,\s+(\d+) of 48 paired seeds in, no verdict before all are", README)
+    if done < 48:
+        assert said, "the README's ranking sentence changed: update this test with it"
+        assert int(said[1]) == done, f"the README says {said[1]} of 48 seeds; {done} are committed: update it"
+    else:
+        assert not said, "all 48 seeds are in: the README must state the ranking's verdict"
