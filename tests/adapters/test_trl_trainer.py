@@ -226,14 +226,10 @@ def test_spans_from_env_mask_and_continue_from_hook(tmp_path: Path) -> None:
         calls.append((turn, seed))
         return turn >= 2  # a certain Delta = 1 for segment (1, 1)
 
-    tokenizer = word_tokenizer()
-    trainer = _recording(ProverGRPOTrainer)(
-        model=tiny_causal_lm(tokenizer, seed=0),
-        reward_funcs=success_reward,
-        args=_args(tmp_path),
-        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
-        processing_class=tokenizer,
-        rollout_func=bare_rollout,
+    trainer = _build(
+        tmp_path,
+        ProverGRPOTrainer,
+        bare_rollout,
         prover=ProverSetup(judge=FixedJudge(1, 1), continue_from=continue_from, config=ProverConfig(k=K)),
     )
     trainer.train()
@@ -253,14 +249,10 @@ def test_the_judge_against_chance_is_logged_over_a_window_of_steps(tmp_path: Pat
     """``control_share=1``: each step's one eligible group verifies a random control turn (the judge nominates
     turn 1), and the trainer's window pools the steps: ``prover/control_verified`` logs 1, then 2."""
     full = make_rollout_func(LuckyDoor, max_turns=5)
-    tokenizer = word_tokenizer()
-    trainer = _recording(ProverGRPOTrainer)(
-        model=tiny_causal_lm(tokenizer, seed=0),
-        reward_funcs=success_reward,
-        args=_args(tmp_path),
-        train_dataset=Dataset.from_dict({"prompt": ["enter"] * 8}),
-        processing_class=tokenizer,
-        rollout_func=full,
+    trainer = _build(
+        tmp_path,
+        ProverGRPOTrainer,
+        full,
         prover=ProverSetup(
             judge=FixedJudge(1, 1),
             continue_from=lambda trajectory, turn, seed: turn >= 2,
