@@ -934,11 +934,8 @@ def rank_main(
 ) -> int:
     """``--rank``: train the seeds not yet in ``--results`` (primary lr first, seed by seed), then report all."""
     size = dataclasses.replace(SMOKE, widen=0, eval_every=1) if args.tiny else RANK
-    seeds = (
-        RANK_SEEDS
-        if not args.seeds
-        else tuple(range(args.first_seed or RANK_SEEDS[0], (args.first_seed or RANK_SEEDS[0]) + args.seeds))
-    )
+    size = seeded(dataclasses.replace(size, seeds=RANK_SEEDS), regime, args.seeds, args.first_seed, own=False)
+    seeds = size.seeds
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     plan = [(RANK_LR, RANK_ARMS)] + ([] if args.primary_only else [(RANK_SECONDARY_LR, RANK_SECONDARY_ARMS)])
