@@ -211,6 +211,12 @@ at 1.1e-4, +0.040 ± 0.021 at 3.3e-4, 24 seeds). ``--rank R12`` ranks ProVer the
   about 28 s, a ProVer run about 35 s): a seed about 5.5 minutes of one core at the primary lr and 1.5 more at the
   secondary; 48 seeds about 5.5 hours of one core, 3-4 hours with 2 workers on this 2-core machine: more than one
   session, hence the per-seed files.
+
+Note, 2026-12-05, after all 48 primary seeds were in: the report adds two figures and changes no rule. Each verdict
+line also prints the arm minus GRPO at equal policy tokens, and a ``rule control:`` line applies the registered rule
+to GRPO itself (against budget-matched GRPO at GRPO's tokens). The first 32 seeds had shown why: at equal tokens
+plain GRPO is above budget-matched GRPO, whose extra samples have not yet paid where it is read, so an arm cheaper
+than budget-matched GRPO starts ahead under the rule. Arms, seeds, lr, the rule and the verdicts are as registered.
 """
 
 from __future__ import annotations
@@ -796,13 +802,28 @@ def rank_section(
     done = sorted(r.seed for r in runs[report.BASE][lr])
     _, check = report.fixed_lr_check(runs, lr)
     matched = sorted(runs[report.MATCHED][lr], key=lambda r: r.seed)
+    grpo = sorted(runs[report.BASE][lr], key=lambda r: r.seed)
     head = [f"{check[0]} [{label} lr {lr:g}]"]
     for name in arms:
         if name in (report.BASE, report.MATCHED) or name not in runs:
             continue
-        diff = report.paired_at(sorted(runs[name][lr], key=lambda r: r.seed), matched, "tokens")
+        arm = sorted(runs[name][lr], key=lambda r: r.seed)
+        diff, over_grpo = report.paired_at(arm, matched, "tokens"), report.paired_at(arm, grpo, "tokens")
         head.append(f"verdict: {name} at lr {lr:g}: {report.rank_verdict(diff)} (minus budget-matched GRPO at equal "
-                    f"policy tokens {report.format_pm(diff)}, {len(done)} paired seeds)")  # fmt: skip
+                    f"policy tokens {report.format_pm(diff)}, {len(done)} paired seeds; minus GRPO at equal policy "
+                    f"tokens {report.format_pm(over_grpo)})")  # fmt: skip
+    control = report.paired_at(grpo, matched, "tokens")
+    head.append(
+        f"rule control: GRPO (G={grpo[0].group_size}) itself at lr {lr:g} under the same rule: "
+        f"{report.rank_verdict(control)} (minus budget-matched GRPO at equal policy tokens "
+        f"{report.format_pm(control)})"
+        + (
+            "; the rule favours any arm cheaper than budget-matched GRPO, so "
+            "read each verdict beside its arm minus GRPO"
+            if report.rank_verdict(control) == "pays"
+            else ""
+        )
+    )
     status = f"{len(done)} of {len(seeds)} seeds finished"
     if len(done) < len(seeds):
         status += ": provisional, the design's seeds are not all in"

@@ -668,8 +668,10 @@ def test_the_ranking_reports_the_check_first_then_a_verdict_per_prover_arm(tmp_p
     ProVer arm at 0.7 + 0.01 m (m = seed % 3) at GRPO's 1000 tokens, against budget-matched at 1000 of its 1500
     tokens, between its evaluations at 750 (0.4 + 0.005 m) and 1500 (0.6 + 0.01 m): 0.4667 + 0.00667 m; the
     difference 0.2333 + 0.00333 m over seeds 32-37 (m = 2, 0, 1, 2, 0, 1): mean 0.2367, sd 0.00298, half-width
-    2.571 x 0.00298 / sqrt(6) = 0.0031; so it pays), the secondary lr's after it; fewer seeds than the design's:
-    provisional; a seed missing one lr's file is left out of that lr only."""
+    2.571 x 0.00298 / sqrt(6) = 0.0031; so it pays; minus GRPO at its own 1000 tokens, 0.5 + 0.01 m: +0.200 exactly),
+    then the rule's control: GRPO itself minus budget-matched at 1000 tokens, 0.0333 + 0.00333 m: +0.0367 ± 0.0031,
+    "pays" too, so the line warns that the rule favours cheaper arms; the secondary lr's after it; fewer seeds than
+    the design's: provisional; a seed missing one lr's file is left out of that lr only."""
     script = _load_regime_script()
     regime = script.REGIMES["R12"]
     _rank_files(script, tmp_path, range(32, 38), script.RANK_LR, script.RANK_ARMS, 0.2)
@@ -681,8 +683,16 @@ def test_the_ranking_reports_the_check_first_then_a_verdict_per_prover_arm(tmp_p
     prover = [a for a in script.RANK_ARMS if a not in (report.BASE, report.MATCHED)]
     assert len(verdicts) == len(prover) + 1
     for arm, line in zip(prover, verdicts, strict=False):
-        assert line.startswith(f"verdict: {arm} at lr 0.000333333: pays (minus budget-matched GRPO at equal policy "
-                               "tokens +0.237 ± 0.003, 6 paired seeds)")  # fmt: skip
+        assert line == (
+            f"verdict: {arm} at lr 0.000333333: pays (minus budget-matched GRPO at equal policy "
+            "tokens +0.237 ± 0.003, 6 paired seeds; minus GRPO at equal policy tokens +0.200 ± 0.000)"
+        )
+    control = next(x for x in lines if x.startswith("rule control: "))
+    assert control.startswith(
+        "rule control: GRPO (G=4) itself at lr 0.000333333 under the same rule: pays (minus "
+        "budget-matched GRPO at equal policy tokens +0.037 ± 0.003); the rule favours"
+    )
+    assert lines.index(control) == len(prover) + 1  # right after the primary lr's verdicts
     # the secondary lr: ProVer at 0.2 under GRPO's final, far below budget-matched at its tokens
     assert verdicts[-1].startswith(f"verdict: {script.DEFAULT} at lr 0.000111111: loses")
     assert "- 6 of 6 seeds finished." in lines and "- 5 of 6 seeds finished: provisional" in text

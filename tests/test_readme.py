@@ -147,11 +147,25 @@ def test_the_readme_credit_view_is_what_render_credit_prints() -> None:
 
 def test_the_readme_ranking_status_is_the_committed_seed_files() -> None:
     """The bottom line's ranking sentence counts the seeds whose files are committed (issue 42's design: no verdict
-    before all 48 are in; once they are, the sentence must give the verdict instead)."""
+    before all 48 are in); once they are, every figure the README gives for the ranking (its bottom line and "Where
+    it could pay") is one the ranking's report prints from those files."""
     done = len(list((ROOT / "benchmarks" / "results" / "llm-rank").glob("R12-lr0.000333333-seed*.json")))
     said = re.search(r"under way,\s+(\d+) of 48 paired seeds in, no verdict before all are", README)
     if done < 48:
         assert said, "the README's ranking sentence changed: update this test with it"
         assert int(said[1]) == done, f"the README says {said[1]} of 48 seeds; {done} are committed: update it"
-    else:
-        assert not said, "all 48 seeds are in: the README must state the ranking's verdict"
+        return
+    assert not said, "all 48 seeds are in: the README must state the ranking's verdict"
+    from tests.conftest import load_script
+
+    script = load_script(ROOT / "benchmarks" / "llm_regime.py", "llm_regime")
+    printed = script.rank_report(script.RANK_RESULTS, script.REGIMES["R12"], range(32, 80), True, "cmd")
+    assert printed.startswith("regime check (fixed lr): pass") and "- 48 of 48 seeds finished." in printed
+    paragraphs = [p for p in README.split("\n\n") if "--rank R12" in p]
+    figures = [f for p in paragraphs for f in re.findall(r"[+-]\d\.\d{3} ± \d\.\d{3}", p)]
+    assert len(paragraphs) == 2 and len(figures) >= 10, (paragraphs, figures)
+    missing = [f for f in figures if f not in printed]
+    assert not missing, f"README figures the ranking's report does not print: {missing}"
+    assert "48 paired seeds" in paragraphs[0] and "--report-only" in paragraphs[0]
+
+
