@@ -10,6 +10,7 @@ from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus, group_
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, Trajectory, Turn, Verification
 from prover_core.errors import (
+    AnswerTimeout,
     AnswerTooLargeError,
     BudgetExhaustedError,
     ContextLengthError,
@@ -71,6 +72,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchPolicy",
     "AnchorJudge",
+    "AnswerTimeout",
     "AnswerTooLargeError",
     "BonusResult",
     "ChoiceJudge",
