@@ -127,7 +127,7 @@ def test_the_engines_and_the_environments_use_the_runtimes_public_modules_only()
     for package in INTEGRATIONS.values():
         for path in files_of(package):
             used = {m for m in imports(path) if m.split(".")[0] == "prover_core"}
-            private = {m for m in used if any(part.startswith("_") for part in m.split(".")[:2])}
+            private = {m for m in used if any(part.startswith("_") for part in m.split("."))}
             assert not private, (path, private)
 
 
