@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prover_core import ProverConfig, ReplayEnv, acompute_bonus
 from prover_core.bonus import BonusResult
 from prover_core.continuations import run_continuation
-from prover_core.engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams, TokenEngine
+from prover_engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams, TokenEngine
 from tests.completions_server import CompletionsServer
 from tests.engine_support import FixedJudge, KeyEnv, key_group, parse, render, seed_model, store_of
 

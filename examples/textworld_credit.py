@@ -13,7 +13,7 @@ the share in uniformly random admissible segments of the same runs.
     python examples/textworld_credit.py                    # 4 games, 6 groups of 8 each
     python examples/textworld_credit.py --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B
 
-Needs ``pip install 'prover-core[textworld]'``. Games are cached (see ``--cache-dir``).
+Needs ``pip install 'prover-envs[textworld]'``. Games are cached (see ``--cache-dir``).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from prover_core import (
     Trajectory,
     compute_bonus,
 )
-from prover_core.envs import rollout
-from prover_core.envs.textworld import GameFile, TextWorldEnv, WalkthroughFollower, make_cooking_game, replay_env
 from prover_core.trigger import is_eligible, representative, success_rate
+from prover_envs import rollout
+from prover_envs.textworld import GameFile, TextWorldEnv, WalkthroughFollower, make_cooking_game, replay_env
 
 
 @dataclass(frozen=True)

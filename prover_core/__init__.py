@@ -5,11 +5,12 @@ The four stages live in their own modules: :mod:`prover_core.trigger`, :mod:`pro
 :func:`compute_bonus` runs them over a batch.
 """
 
+from prover_core._moved import moved_name
 from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus, group_batch
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, Trajectory, Turn, Verification
-from prover_core.engine import EnginePolicy, Generation, SamplingParams, TokenEngine, TokenStore
 from prover_core.errors import (
+    AnswerTimeout,
     AnswerTooLargeError,
     BudgetExhaustedError,
     ContextLengthError,
@@ -71,6 +72,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchPolicy",
     "AnchorJudge",
+    "AnswerTimeout",
     "AnswerTooLargeError",
     "BonusResult",
     "ChoiceJudge",
@@ -86,7 +88,6 @@ __all__ = [
     "EngineAnswerTooLargeError",
     "EngineError",
     "EngineHTTPError",
-    "EnginePolicy",
     "EngineResponseError",
     "EngineTimeoutError",
     "Env",
@@ -94,7 +95,6 @@ __all__ = [
     "EventLoopError",
     "FirstOf",
     "FunctionPolicy",
-    "Generation",
     "GroupRecord",
     "HostImportError",
     "InvalidBatchError",
@@ -129,15 +129,12 @@ __all__ = [
     "RestorableEnv",
     "RestoreError",
     "RolloutLimitError",
-    "SamplingParams",
     "Segment",
     "SegmentRules",
     "SnapshotEnv",
     "Step",
-    "TokenEngine",
     "ThreadsExhaustedError",
     "TokenRecordError",
-    "TokenStore",
     "Trajectory",
     "TrajectoryCredit",
     "Turn",
@@ -155,3 +152,8 @@ __all__ = [
     "plot_credit",
     "render_credit",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The engine's names and packages moved out (:mod:`prover_core._moved`): the error names their new home."""
+    raise moved_name(__name__, name)

@@ -87,6 +87,8 @@ from prover_core.restore import SnapshotEnv
 from prover_core.trigger import longest_failure, representative, trigger
 from prover_core.verify import continuation_seeds, verify_segment_detailed
 
+__all__ = ["BonusResult", "acompute_bonus", "compute_bonus", "group_batch"]
+
 logger = logging.getLogger(__name__)
 
 

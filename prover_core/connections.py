@@ -251,11 +251,12 @@ class RetryPolicy:
         """Whether an answer with ``status`` is worth another attempt."""
         return status in self.statuses or (self.server_errors and status >= 500)
 
-    def retries_error(self, exc: httpx.HTTPError) -> bool:
-        """Whether a transport error is worth another attempt (a timeout only if ``retry_timeouts``)."""
+    def retries_error(self, exc: Exception) -> bool:
+        """Whether a transport error is worth another attempt (a timeout, httpx's or a ``TimeoutError`` such as
+        :class:`~prover_core.errors.AnswerTimeout`, only if ``retry_timeouts``)."""
         if isinstance(exc, RETRIED_CONNECTION_ERRORS):
             return True
-        return self.retry_timeouts and isinstance(exc, httpx.TimeoutException)
+        return self.retry_timeouts and isinstance(exc, (httpx.TimeoutException, TimeoutError))
 
     def wait(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to sleep after failed attempt number ``attempt`` (the formula in the class docstring)."""

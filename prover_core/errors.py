@@ -14,6 +14,7 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
             JudgeTimeoutError
             JudgeRefusedError
             JudgeAnswerTooLargeError [AnswerTooLargeError]
+            AnswerTimeout [TimeoutError]
         RestoreError
             ReplayMismatchError
         ContinuationError
@@ -46,6 +47,7 @@ not exported.
 from __future__ import annotations
 
 __all__ = [
+    "AnswerTimeout",
     "AnswerTooLargeError",
     "BudgetExhaustedError",
     "ContextLengthError",
@@ -201,6 +203,12 @@ class InvalidOutcomeError(ContinuationError, ValueError):
 
 class JudgeTimeoutError(JudgeError):
     """A judge did not answer within ``ProverConfig.judge_timeout_s`` seconds."""
+
+
+class AnswerTimeout(JudgeError, TimeoutError):
+    """One attempt of the LLM judge's request did not get its whole answer (connecting, sending, the full body)
+    within ``LLMJudgeConfig.timeout_s``: retried like any timeout, then named in the :class:`JudgeError` that ends
+    the request."""
 
 
 class JudgeRefusedError(JudgeError):

@@ -1,23 +1,27 @@
-"""What the host adapters (``prover-trl``, ``prover-verl``, ``prover-openrlhf``) use of the library, in one place.
+"""What the adapters (``prover-trl``, ``prover-verl``, ``prover-openrlhf``; ``prover-engine``) use of the library.
 
-An adapter imports from this module only (``tests/test_architecture.py`` checks it), so the library's surface to
-the hosts is this list: the pipeline, the data at the boundary, the engine policy, the credit's token spreading,
-the judge-against-chance window (``LiftWindow``: each adapter keeps one across steps), the typed errors, and
-:func:`require_hosts`, which checks that the host library is installed and says how to install it otherwise.
+A host adapter imports from this module only (and from ``prover_engine``; ``tests/test_architecture.py`` checks
+it), so the library's surface to the hosts is this list: the pipeline, the data at the boundary, the credit's token
+spreading, the judge-against-chance window (``LiftWindow``: each adapter keeps one across steps), the typed errors,
+and :func:`require_hosts`, which checks that the host library is installed and says how to install it otherwise.
+The engines (``prover_engine``) take the runtime's public modules and from here what they share with its private
+ones: user code called sync or async under the runtime's thread bound (:func:`call_user`, :func:`resolve`) and
+the finite-number rule (:func:`check_finite`, :func:`finite_arguments`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 
+from prover_core._aio import call_user, resolve
+from prover_core._finite import check_finite, finite_arguments
+from prover_core._moved import moved_name
 from prover_core.batching import Batcher
 from prover_core.bonus import BonusResult, compute_bonus, group_batch
 from prover_core.chance import LiftWindow
 from prover_core.config import ProverConfig
 from prover_core.credit import mask_runs, spans_off_mask, spread_to_tokens
 from prover_core.data import Trajectory, Turn
-from prover_core.engine import EnginePolicy, Generation, SamplingParams, TokenEngine, TokenStore
-from prover_core.engine.parity import merge_metrics
 from prover_core.errors import (
     ContinuationError,
     ContinuationLimitError,
@@ -41,9 +45,7 @@ __all__ = [
     "ContinuationLimitError",
     "ContinueFn",
     "EngineError",
-    "EnginePolicy",
     "Env",
-    "Generation",
     "GroupRecord",
     "InvalidBatchError",
     "Judge",
@@ -57,19 +59,19 @@ __all__ = [
     "Report",
     "RestorableEnv",
     "RestoreError",
-    "SamplingParams",
     "Step",
-    "TokenEngine",
-    "TokenStore",
     "Trajectory",
     "Turn",
+    "call_user",
+    "check_finite",
     "compute_bonus",
     "default_judge",
+    "finite_arguments",
     "group_batch",
     "is_eligible",
     "mask_runs",
-    "merge_metrics",
     "representative",
+    "resolve",
     "require_hosts",
     "spans_off_mask",
     "spread_to_tokens",
@@ -82,3 +84,7 @@ def require_hosts(*modules: str, adapter: str, hint: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise HostImportError(f"{adapter} needs {', '.join(missing)}, which is not installed. {hint}")
+
+
+def __getattr__(name: str) -> object:
+    raise moved_name(__name__, name)  # the engine's names: prover_engine (pip install prover-engine)

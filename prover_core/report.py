@@ -205,7 +205,7 @@ class Report(BaseModel):
         (:meth:`~prover_core.chance.Lift.metrics`; NaN until both kinds have been decided) and ``groups_control``
         (this call's control groups).
         The continuation policy's own figures follow unprefixed (``engine_logprob_gap_mean`` and the
-        other figures of :class:`~prover_core.engine.parity.ParityMonitor`).
+        other figures of :class:`~prover_engine.parity.ParityMonitor`).
         """
         gain = [g for g in self.groups if g.direction == "gain"]
         drop = [g for g in self.groups if g.direction == "drop"]

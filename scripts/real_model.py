@@ -57,7 +57,11 @@ from prover_core import (
 from prover_core.continuations import env_continuer
 from prover_core.demo import MDPEnv
 from prover_core.demo.vault import VaultMDP
-from prover_core.engine import (
+from prover_core.errors import JudgeError
+from prover_core.judges import AnchorJudge
+from prover_core.protocols import PolicyContext
+from prover_core.verify import verify_segment
+from prover_engine import (
     EnginePolicy,
     Generation,
     LlamaServerEngine,
@@ -65,11 +69,7 @@ from prover_core.engine import (
     SamplingParams,
     TokenStore,
 )
-from prover_core.engine.parity import ParitySample, ParityStats, kl_above
-from prover_core.errors import JudgeError
-from prover_core.judges import AnchorJudge
-from prover_core.protocols import PolicyContext
-from prover_core.verify import verify_segment
+from prover_engine.parity import ParitySample, ParityStats, kl_above
 
 SYSTEM = "You play a text adventure. Answer with the number of one action."
 MDP = VaultMDP(rooms=3, key_room=1, slip=0.2, horizon=6)

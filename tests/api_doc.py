@@ -1,4 +1,5 @@
-"""Writes docs/api.md: every public name of prover_core with a one-line summary, from the code.
+"""Writes docs/api.md: every public name of prover_core (then of prover_engine and prover_envs) with a one-line
+summary, from the code.
 
     python -m tests.api_doc            # rewrite docs/api.md (tests/test_api_doc.py fails while it is stale)
 
@@ -18,23 +19,33 @@ from pathlib import Path
 from types import ModuleType
 
 import prover_core
+import prover_engine
+import prover_envs
 
+PACKAGES = (prover_core, prover_engine, prover_envs)
+"""The runtime, then the engines and the environment families (adapters/engine, adapters/envs)."""
 DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 HEADER = """\
 # API reference
 
-Every public name of `prover_core`, by module, with the first line of its docstring. Generated from the
-code by `python -m tests.api_doc`; `tests/test_api_doc.py` fails when this page is stale. A module is
-public when no part of its name starts with `_` and it defines `__all__`. The details are in each
-docstring (`help(prover_core.compute_bonus)`) and in the guides listed in the [README](../README.md).
+Every public name of `prover_core`, by module, with the first line of its docstring; then those of the
+engines (`prover_engine`, the distribution `prover-engine` in `adapters/engine`) and of the environment
+families (`prover_envs`, `prover-envs` in `adapters/envs`). Generated from the code by `python -m tests.api_doc`;
+`tests/test_api_doc.py` fails when this page is stale. A module is public when no part of its name starts with
+`_` and it defines `__all__`. The details are in each docstring (`help(prover_core.compute_bonus)`) and in the
+guides listed in the [README](../README.md).
 """
 
 
 def modules() -> list[ModuleType]:
-    """prover_core and every module in it, imported."""
-    names = ["prover_core"] + [info.name for info in pkgutil.walk_packages(prover_core.__path__, "prover_core.")]
-    return [importlib.import_module(name) for name in sorted(names)]
+    """Each of :data:`PACKAGES` and every module in it, imported."""
+    out: list[ModuleType] = []
+    for package in PACKAGES:
+        prefix = package.__name__ + "."
+        names = [package.__name__] + [info.name for info in pkgutil.walk_packages(package.__path__, prefix)]
+        out += [importlib.import_module(name) for name in sorted(names)]
+    return out
 
 
 def public_modules() -> list[ModuleType]:

@@ -23,7 +23,7 @@ from prover_core import (
     Turn,
     compute_bonus,
 )
-from prover_core.engine import Generation, TokenStore
+from prover_engine import Generation, TokenStore
 
 SYSTEM = (1, 2, 3)
 ACTION_IDS = {"wait": (50,), "take": (51,)}

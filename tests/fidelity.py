@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STAMPS = "tests/real-runs"
 """Where the stamps live, relative to the repository root."""
 RUNS: dict[str, tuple[str, ...]] = {
-    "real-model": ("prover_core/engine",),
+    "real-model": ("adapters/engine/prover_engine",),
     "llm-judge": ("prover_core/judges/llm",),
 }
 """Each real run, by the name of its script (``scripts/test-NAME``), and the code whose fidelity it checks."""

@@ -1,5 +1,6 @@
 """docs/architecture.md's rules of what may import what, checked on the import graph of the whole tree (the runtime,
-the adapters, the benchmarks, the scripts, the examples), and its list of the places a new piece touches.
+the engines, the environment families, the host adapters, the benchmarks, the scripts, the examples), its list of the
+places a new piece touches, and the runtime's size.
 
 The graph is read from the source (``ast``): every ``import``/``from ... import`` of a module, including those inside
 functions, except where noted (imports inside functions are how the optional hosts are reached lazily).
@@ -15,7 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "prover_core"
-ADAPTERS = sorted(p.name for p in (ROOT / "adapters").iterdir() if (p / "pyproject.toml").is_file())
+INTEGRATIONS = {"engine": "prover_engine", "envs": "prover_envs"}  # adapters/<dir>: the engines, the environments
+ADAPTERS = sorted(  # the host adapters: every other distribution under adapters/
+    p.name for p in (ROOT / "adapters").iterdir() if (p / "pyproject.toml").is_file() and p.name not in INTEGRATIONS
+)
 
 
 def module_name(path: Path) -> str:
@@ -49,6 +53,12 @@ def under(prefix: str) -> list[str]:
     return [m for m in GRAPH if m == prefix or m.startswith(prefix + ".")]
 
 
+def files_of(package: str) -> list[Path]:
+    """The source files of one of the integrations' packages (``prover_engine``, ``prover_envs``)."""
+    folder = next(d for d, name in INTEGRATIONS.items() if name == package)
+    return sorted((ROOT / "adapters" / folder / package).rglob("*.py"))
+
+
 def package_of(path: Path) -> str:
     """The distribution-level package a file of the tree belongs to."""
     parts = path.relative_to(ROOT).parts
@@ -61,7 +71,7 @@ def package_of(path: Path) -> str:
 
 TREE_DIRS = ("prover_core", "adapters", "benchmarks", "scripts", "examples")
 TREE_FILES = [p for d in TREE_DIRS for p in (ROOT / d).rglob("*.py")]
-PACKAGES = {"prover_core", "prover_bench", *(f"prover_{host}" for host in ADAPTERS)}
+PACKAGES = {"prover_core", "prover_bench", *INTEGRATIONS.values(), *(f"prover_{host}" for host in ADAPTERS)}
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -76,9 +86,12 @@ def package_graph() -> dict[str, set[str]]:
 
 def test_the_whole_tree_is_read() -> None:
     graph = package_graph()
-    expected = {"prover_core", "prover_bench", "benchmarks (scripts)", "scripts", "examples"}
+    expected = {"prover_core", "prover_bench", "benchmarks (scripts)", "scripts", "examples", *INTEGRATIONS.values()}
     assert expected | {f"prover_{host}" for host in ADAPTERS} <= set(graph)
     assert ADAPTERS == ["openrlhf", "trl", "verl"]
+    assert sorted(p.name for p in (ROOT / "adapters").iterdir() if (p / "pyproject.toml").is_file()) == sorted(
+        [*ADAPTERS, *INTEGRATIONS]
+    )
 
 
 def test_no_import_cycle_between_the_packages_of_the_tree() -> None:
@@ -99,12 +112,23 @@ def test_no_import_cycle_between_the_packages_of_the_tree() -> None:
             visit(package, [])
 
 
-def test_the_runtime_imports_nothing_else_of_the_tree_and_the_adapters_only_the_runtime() -> None:
+def test_the_layers_of_the_tree() -> None:
+    """The runtime imports nothing else of the tree; the engines and the environments only the runtime; the host
+    adapters the runtime and the engines; the benchmarks' package the runtime and the environments."""
     graph = package_graph()
     assert graph["prover_core"] == set()  # no benchmark, no adapter: not even the CLI (prover bench: an entry point)
+    assert graph["prover_engine"] == graph["prover_envs"] == {"prover_core"}
     for host in ADAPTERS:
-        assert graph[f"prover_{host}"] == {"prover_core"}, host
-    assert graph["prover_bench"] == {"prover_core"}
+        assert graph[f"prover_{host}"] == {"prover_core", "prover_engine"}, host
+    assert graph["prover_bench"] == {"prover_core", "prover_envs"}
+
+
+def test_the_engines_and_the_environments_use_the_runtimes_public_modules_only() -> None:
+    for package in INTEGRATIONS.values():
+        for path in files_of(package):
+            used = {m for m in imports(path) if m.split(".")[0] == "prover_core"}
+            private = {m for m in used if any(part.startswith("_") for part in m.split("."))}
+            assert not private, (path, private)
 
 
 def test_the_adapters_use_the_library_through_prover_core_hosts_only() -> None:
@@ -113,11 +137,6 @@ def test_the_adapters_use_the_library_through_prover_core_hosts_only() -> None:
             used = {m for m in imports(path) if m.split(".")[0] == "prover_core"}
             modules = {m for m in used if not m.startswith("prover_core.hosts.")}
             assert modules <= {"prover_core.hosts"}, (path, modules)
-
-
-# Modules that other work in progress is changing; each is to declare ``__all__`` or become private. Listed so that
-# the rule holds for every other module; the test fails when one of them complies (remove it from here then).
-UNDECLARED_FOR_NOW = {"prover_core.bonus"}
 
 
 def declares_all(path: Path) -> bool:
@@ -137,19 +156,20 @@ def test_every_runtime_module_declares_all_or_is_private() -> None:
         if not declares_all(p) and not any(part.startswith("_") and part != "__init__" for part in p.parts)
     }
     undeclared -= {"prover_core.__main__"}
-    assert undeclared == UNDECLARED_FOR_NOW
+    assert undeclared == set()
 
 
 def test_the_library_imports_no_benchmark_adapter_or_host_at_import_time() -> None:
-    forbidden = ("prover_bench", "prover_trl", "prover_verl", "prover_openrlhf", "torch", "trl", "verl", "openrlhf")
+    tree = ("prover_bench", "prover_engine", "prover_envs", "prover_trl", "prover_verl", "prover_openrlhf")
+    forbidden = (*tree, "torch", "trl", "verl", "openrlhf")
     optional = ("ray", "gymnasium", "textworld", "matplotlib", "tqdm")
     for path in PACKAGE.rglob("*.py"):
         anywhere = {m.split(".")[0] for m in imports(path)}
-        assert not anywhere & {"prover_bench", "prover_trl", "prover_verl", "prover_openrlhf"}, path
+        assert not anywhere & set(tree), path
         at_import = {m.split(".")[0] for m in imports(path, top_level_only=True)}
         assert not at_import & set(forbidden + optional), (path, at_import & set(forbidden + optional))
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, prover_core, prover_core.engine, prover_core.judges; print(*sys.modules)"],
+        [sys.executable, "-c", "import sys, prover_core, prover_core.hosts, prover_core.judges; print(*sys.modules)"],
         capture_output=True,
         text=True,
         check=True,
@@ -170,9 +190,8 @@ def test_the_stages_do_not_import_the_orchestration() -> None:
         assert "prover_core.bonus" not in internal(f"prover_core.{stage}"), stage
     for module in under("prover_core.judges"):
         assert not internal(module) & {"prover_core.verify", "prover_core.continuations", "prover_core.bonus"}, module
-        assert not [m for m in internal(module) if m.startswith("prover_core.engine")], module
-    for module in under("prover_core.engine"):
-        assert not [m for m in internal(module) if m.startswith(("prover_core.judges", "prover_core.verify"))], module
+    for path in files_of("prover_engine"):
+        assert not [m for m in imports(path) if m.startswith(("prover_core.judges", "prover_core.verify"))], path
 
 
 def test_no_import_cycles() -> None:
@@ -225,19 +244,23 @@ ENGINE_INFRASTRUCTURE = {"__init__", "layout", "parity", "policy", "protocol", "
 
 
 def test_an_engine_touches_the_places_its_row_names() -> None:
-    import prover_core.engine as engine
+    import prover_engine as engine
 
     places = row("an inference engine")
-    for place in ("prover_core/engine/<server>.py", "prover_core/engine/__init__.py", "tests/test_engine_<server>.py"):
+    for place in (
+        "adapters/engine/prover_engine/<server>.py",
+        "adapters/engine/prover_engine/__init__.py",
+        "tests/test_engine_<server>.py",
+    ):
         assert place in places, place
     assert "docs/engines.md" in places
-    servers = sorted(p.stem for p in (PACKAGE / "engine").glob("*.py") if p.stem not in ENGINE_INFRASTRUCTURE)
+    servers = sorted(p.stem for p in files_of("prover_engine") if p.stem not in ENGINE_INFRASTRUCTURE)
     assert servers == ["llama", "openai", "sglang"]
     exported = {name: getattr(engine, name) for name in engine.__all__ if name.endswith("Engine")}
     engines_doc = (ROOT / "docs" / "engines.md").read_text()
     for server in servers:
-        classes = [name for name, cls in exported.items() if cls.__module__ == f"prover_core.engine.{server}"]
-        assert len(classes) == 1, (server, classes)  # exported lazily from engine/__init__.py
+        classes = [name for name, cls in exported.items() if cls.__module__ == f"prover_engine.{server}"]
+        assert len(classes) == 1, (server, classes)  # exported lazily from prover_engine/__init__.py
         assert (ROOT / "tests" / f"test_engine_{server}.py").is_file(), server
         assert f"`{classes[0]}`" in engines_doc, classes[0]
 
@@ -246,18 +269,20 @@ def test_an_environment_family_touches_the_places_its_row_names() -> None:
     import importlib
 
     places = row("an environment family")
-    for place in ("prover_core/envs/<family>.py", "prover_core/envs/__init__.py", "pyproject.toml"):
+    for place in ("adapters/envs/prover_envs/<family>.py", "adapters/envs/prover_envs/__init__.py"):
         assert place in places, place
+    assert "adapters/envs/pyproject.toml" in places
     assert "tests/envs/test_<family>.py" in places and "docs/environments.md" in places
-    families = sorted(p.stem for p in (PACKAGE / "envs").glob("*.py") if p.stem != "__init__")
+    families = sorted(p.stem for p in files_of("prover_envs") if p.stem != "__init__")
     assert families == ["gymnasium", "textworld"]
-    listing = importlib.import_module("prover_core.envs").__doc__ or ""
-    extras = (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1].split("\n\n")[0]
+    listing = importlib.import_module("prover_envs").__doc__ or ""
+    extras = (ROOT / "adapters" / "envs" / "pyproject.toml").read_text()
+    extras = extras.split("[project.optional-dependencies]")[1].split("\n\n")[0]
     environments = (ROOT / "docs" / "environments.md").read_text().lower()
     for family in families:
-        module = importlib.import_module(f"prover_core.envs.{family}")
+        module = importlib.import_module(f"prover_envs.{family}")
         assert callable(module.replay_env) and callable(module.snapshot_env), family
-        assert f":mod:`prover_core.envs.{family}`" in listing, family
+        assert f":mod:`prover_envs.{family}`" in listing, family
         assert f'"{family}>=' in extras, family  # its library is an extra
         assert (ROOT / "tests" / "envs" / f"test_{family}.py").is_file(), family
         assert family in environments, family
@@ -265,7 +290,13 @@ def test_an_environment_family_touches_the_places_its_row_names() -> None:
 
 def test_a_host_adapter_touches_the_places_its_row_names() -> None:
     places = row("a host adapter")
-    for place in ("adapters/<host>/", "prover_core.hosts", "[tool.mypy]", "tests/adapters/test_<host>_*.py"):
+    for place in (
+        "adapters/<host>/",
+        "prover_core.hosts",
+        "prover_engine",
+        "[tool.mypy]",
+        "tests/adapters/test_<host>_*.py",
+    ):
         assert place in places, place
     assert "scripts/test" in places and "docs/adapters/<host>.md" in places
     mypy = (ROOT / "pyproject.toml").read_text().split("[tool.mypy]")[1].split("\n\n")[0]
@@ -275,4 +306,18 @@ def test_a_host_adapter_touches_the_places_its_row_names() -> None:
         assert f'"prover_{host}"' in mypy and f"adapters/{host}" in mypy, host
         assert list((ROOT / "tests" / "adapters").glob(f"test_{host}_*.py")), host
         assert f"./adapters/{host}" in script, host
+        assert '"prover-engine>=' in (ROOT / "adapters" / host / "pyproject.toml").read_text(), host
         assert (ROOT / "docs" / "adapters" / f"{host}.md").is_file(), host
+
+
+RUNTIME_LINES = 10_000
+
+
+def test_the_runtime_stays_small() -> None:
+    """The runtime (the ``prover_core`` wheel) is the algorithm: its Python stays under 10,000 physical lines."""
+    lines = sum(len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py"))
+    assert lines < RUNTIME_LINES, (
+        f"prover_core/**/*.py holds {lines} physical lines (every line of every .py file, docstrings, comments and "
+        f"blank lines included); it must stay under {RUNTIME_LINES:,}: integrations with outside software (engines, "
+        "environment families, hosts) belong in their own distribution under adapters/ (docs/architecture.md)"
+    )

@@ -11,7 +11,9 @@ import pytest
 
 from prover_core import ProverConfig, ReplayEnv, Segment, Trajectory, Turn
 from prover_core.continuations import env_continuer
-from prover_core.engine import (
+from prover_core.errors import ContextLengthError, EngineError, EngineHTTPError, TokenRecordError
+from prover_core.verify import continuation_seeds, verify_segment
+from prover_engine import (
     EnginePolicy,
     Generation,
     OpenAICompletionsEngine,
@@ -21,8 +23,6 @@ from prover_core.engine import (
     check_record,
     close_turn,
 )
-from prover_core.errors import ContextLengthError, EngineError, EngineHTTPError, TokenRecordError
-from prover_core.verify import continuation_seeds, verify_segment
 from tests.completions_server import CompletionsServer
 from tests.engine_support import (
     SYSTEM,

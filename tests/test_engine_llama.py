@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prover_core.engine import EnginePolicy, Generation, LlamaServerEngine, SamplingParams
-from prover_core.engine.llama import NEUTRAL, SAMPLER_CHAIN, LlamaCompletion, SlotRouter, slot_changed
-from prover_core.engine.openai import OpenAICompletionsEngine
 from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError
+from prover_engine import EnginePolicy, Generation, LlamaServerEngine, SamplingParams
+from prover_engine.llama import NEUTRAL, SAMPLER_CHAIN, LlamaCompletion, SlotRouter, slot_changed
+from prover_engine.openai import OpenAICompletionsEngine
 from tests.chat_server import Reply
 from tests.llama_server import EOG, LlamaServer, tiny_logits, tiny_logprobs
 

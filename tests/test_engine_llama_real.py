@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from prover_core.engine import Generation, LlamaServerEngine, SamplingParams
+from prover_engine import Generation, LlamaServerEngine, SamplingParams
 from tests.conftest import skip
 
 pytestmark = pytest.mark.real_llm

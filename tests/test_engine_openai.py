@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prover_core.engine import Generation, OpenAICompletionsEngine, SamplingParams
 from prover_core.errors import (
     ContinuationTimeoutError,
     EngineError,
@@ -23,6 +22,7 @@ from prover_core.errors import (
     EngineTimeoutError,
     ProverError,
 )
+from prover_engine import Generation, OpenAICompletionsEngine, SamplingParams
 from tests.chat_server import Reply
 from tests.completions_server import CompletionsServer, completion_body
 
@@ -302,5 +302,5 @@ def test_engine_errors_are_prover_errors_and_keep_their_status_across_processes(
 
 
 def test_importing_the_library_does_not_import_the_http_client() -> None:
-    code = "import sys, prover_core, prover_core.engine; assert 'httpx' not in sys.modules, 'httpx imported'"
+    code = "import sys, prover_core, prover_engine; assert 'httpx' not in sys.modules, 'httpx imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

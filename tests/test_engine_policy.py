@@ -14,7 +14,10 @@ import pytest
 
 from prover_core import ProverConfig, ReplayEnv, Segment, Trajectory, Turn, compute_bonus
 from prover_core.continuations import env_continuer
-from prover_core.engine import (
+from prover_core.errors import EngineError, ProverError, TokenRecordError
+from prover_core.protocols import PolicyContext, Step, policy_rng
+from prover_core.verify import continuation_seeds, verify_segment
+from prover_engine import (
     EnginePolicy,
     Generation,
     OpenAICompletionsEngine,
@@ -23,9 +26,6 @@ from prover_core.engine import (
     TokenStore,
     action_seed,
 )
-from prover_core.errors import EngineError, ProverError, TokenRecordError
-from prover_core.protocols import PolicyContext, Step, policy_rng
-from prover_core.verify import continuation_seeds, verify_segment
 from tests.chat_server import Reply
 from tests.completions_server import CompletionsServer
 from tests.engine_support import FixedJudge, KeyEnv, key_group, parse, record, render, seed_model, store_of

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from prover_core import ProverConfig
-from prover_core.engine import EnginePolicy, Generation, SamplingParams
-from prover_core.engine.schedule import PrefixGate
+from prover_engine import EnginePolicy, Generation, SamplingParams
+from prover_engine.schedule import PrefixGate
 from tests.engine_support import key_group, parse, render, store_of, verify_key_group
 
 

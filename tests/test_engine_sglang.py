@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from prover_core import ProverConfig
-from prover_core.engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams, SGLangEngine
-from prover_core.engine.policy import action_seed
 from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError
 from prover_core.verify import continuation_seeds
+from prover_engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams, SGLangEngine
+from prover_engine.policy import action_seed
 from tests.chat_server import Reply
 from tests.engine_support import key_group, parse, render, store_of, verify_key_group
 from tests.sglang_server import SGLangServer
@@ -113,7 +113,7 @@ def test_openai_completions_engine_cannot_read_sglang_0_5_12_and_names_the_fix()
             generate(engine, top_k=0)
         for logprobs in (False, True):
             engine.logprobs = logprobs
-            with pytest.raises(EngineResponseError, match=r"comes from SGLang.*use prover_core\.engine\.SGLangEngine"):
+            with pytest.raises(EngineResponseError, match=r"comes from SGLang.*use prover_engine\.SGLangEngine"):
                 generate(engine, top_k=5)
     assert all("return_token_ids" in body for body in server.requests)
 

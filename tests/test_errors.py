@@ -58,3 +58,10 @@ def test_the_former_homes_of_two_exceptions_still_import() -> None:
 
     assert Refused is errors.JudgeRefusedError and issubclass(Refused, errors.JudgeError)
     assert ToolError is errors._ToolError and "_ToolError" not in prover_core.__all__
+
+
+def test_the_llm_judges_answer_timeout_lives_in_errors_and_is_a_timeout() -> None:
+    from prover_core.judges.llm.client import AnswerTimeout
+
+    assert AnswerTimeout is errors.AnswerTimeout is prover_core.AnswerTimeout
+    assert issubclass(AnswerTimeout, errors.JudgeError) and issubclass(AnswerTimeout, TimeoutError)

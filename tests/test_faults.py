@@ -37,7 +37,6 @@ from prover_core import (
     acompute_bonus,
     compute_bonus,
 )
-from prover_core.engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams
 from prover_core.errors import ContinuationTimeoutError, EngineError, JudgeError, ProtocolError
 from prover_core.executors import LocalExecutor
 from prover_core.judges.llm import LLMJudge
@@ -45,6 +44,7 @@ from prover_core.judges.llm.answer import parse_answer
 from prover_core.judges.llm.config import LLMJudgeConfig
 from prover_core.protocols import PolicyContext, Step
 from prover_core.restore import observations_equal
+from prover_engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams
 from tests import engine_support as es
 from tests.chat_server import ChatServer, answer
 from tests.conftest import make_trajectory

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from prover_core import ProverConfig
-from prover_core.engine import EnginePolicy, Generation, LlamaServerEngine, ParityMonitor, SamplingParams
+from prover_engine import EnginePolicy, Generation, LlamaServerEngine, ParityMonitor, SamplingParams
 from tests.engine_support import key_group, parse, render, store_of, verify_key_group
 from tests.llama_server import LlamaServer, tiny_logits, tiny_logprobs
 
@@ -51,7 +51,7 @@ def test_a_wrong_top_k_shows_as_the_mass_cut_off_and_trips_the_warning(caplog: p
     """Engine at top_k=5, trainer on the full softmax: each token's gap is logsumexp(z) - logsumexp(top-5 z),
     the KL of the truncated distribution from the full one (-log of the kept mass), never negative."""
     monitor = ParityMonitor(trainer_score, every=1, threshold=0.05)
-    with LlamaServer() as server, caplog.at_level(logging.WARNING, logger="prover_core.engine.parity"):
+    with LlamaServer() as server, caplog.at_level(logging.WARNING, logger="prover_engine.parity"):
         result = run_bonus(server, SamplingParams(max_tokens=3, top_k=5), monitor)
     expected = []
     for prompt, out in server.exchanges:
@@ -83,7 +83,7 @@ def test_the_sample_is_about_one_in_every_seeded_and_independent_of_order() -> N
 
 def test_actions_without_logprobs_are_counted_and_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     monitor = ParityMonitor(trainer_score, every=1)
-    with caplog.at_level(logging.WARNING, logger="prover_core.engine.parity"):
+    with caplog.at_level(logging.WARNING, logger="prover_engine.parity"):
         assert not monitor.offer([1, 2], Generation((3, 4)))
         assert not monitor.offer([1, 2], Generation((3, 4)))
     assert monitor.metrics()["engine_logprob_unavailable"] == 2 and monitor.pending == []
@@ -133,24 +133,24 @@ def test_one_rare_large_gap_does_not_warn_but_a_small_shift_on_every_token_does(
     """35 tokens of numeric noise (+-0.05) and one of +4.7: the mean is 0.13 > 0.05, but its standard
     error (0.13) says one token; 36 tokens all shifted by 0.1 (a cut-off mass of 1 - e^-0.1) warn."""
     noise = [0.05 * (-1) ** i for i in range(35)] + [4.7]
-    with caplog.at_level(logging.WARNING, logger="prover_core.engine.parity"):
+    with caplog.at_level(logging.WARNING, logger="prover_engine.parity"):
         rare = offered(ParityMonitor(lambda c, t: [-1.0] * len(t), every=1, threshold=0.05), noise)
     kl = float(np.mean(noise))
     se = float(np.std(noise, ddof=1) / np.sqrt(36))
     assert rare.stats.kl == pytest.approx(kl) and rare.stats.kl_se == pytest.approx(se)
     assert kl > 0.05 and kl - 2 * se < 0.05 and not caplog.records
-    with caplog.at_level(logging.WARNING, logger="prover_core.engine.parity"):
+    with caplog.at_level(logging.WARNING, logger="prover_engine.parity"):
         shifted = offered(ParityMonitor(lambda c, t: [-1.0] * len(t), every=1, threshold=0.05), [0.1] * 36)
     assert shifted.stats.kl == pytest.approx(0.1) and shifted.stats.kl_se == pytest.approx(0.0, abs=1e-7)
     assert any("KL(engine || trainer) is about 0.100" in r.message for r in caplog.records)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="prover_core.engine.parity"):
+    with caplog.at_level(logging.WARNING, logger="prover_engine.parity"):
         offered(ParityMonitor(lambda c, t: [-1.0] * len(t), every=1, threshold=0.05), [3.0])
     assert not caplog.records  # one token bounds nothing
 
 
 def test_per_process_figures_merge_into_the_token_weighted_mean_and_the_largest_max() -> None:
-    from prover_core.engine.parity import merge_metrics
+    from prover_engine.parity import merge_metrics
 
     a = {"engine_logprob_gap_mean": 0.1, "engine_logprob_gap_max": 0.5, "engine_logprob_gap_tokens": 30.0}
     b = {"engine_logprob_gap_mean": 0.4, "engine_logprob_gap_max": 0.9, "engine_logprob_gap_tokens": 10.0}
@@ -166,7 +166,7 @@ def test_per_process_figures_merge_into_the_token_weighted_mean_and_the_largest_
 def test_merged_kl_and_its_standard_error_equal_those_of_the_pooled_sample_mean() -> None:
     """Two processes' monitors merged: the KL is the pooled mean; the standard error combines the parts'
     (sqrt(sum (n_p se_p)^2) / N, the pooled mean's when the parts are independent)."""
-    from prover_core.engine.parity import merge_metrics
+    from prover_engine.parity import merge_metrics
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(0.02, 0.1, 40), rng.normal(0.3, 0.2, 10)

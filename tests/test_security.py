@@ -25,8 +25,6 @@ from hypothesis import strategies as st
 
 from prover_core import compute_bonus
 from prover_core.connections import MAX_ANSWER_BYTES, RetryPolicy
-from prover_core.engine import Generation, LlamaServerEngine, OpenAICompletionsEngine, SamplingParams
-from prover_core.engine.parity import ParityMonitor
 from prover_core.errors import (
     AnswerTooLargeError,
     CredentialError,
@@ -40,6 +38,8 @@ from prover_core.errors import (
 from prover_core.judges.llm import LLMJudge
 from prover_core.judges.llm.answer import fenced_blocks, parse_answer
 from prover_core.redaction import Redactor, forms
+from prover_engine import Generation, LlamaServerEngine, OpenAICompletionsEngine, SamplingParams
+from prover_engine.parity import ParityMonitor
 from tests.chat_server import ChatServer, Reply, answer, completion
 from tests.completions_server import CompletionsServer
 from tests.llama_server import LlamaServer

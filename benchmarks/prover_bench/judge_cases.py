@@ -456,7 +456,7 @@ def tabular_case(env: TabularEnv, groups: int, group_size: int, seed: int, logpr
 
 @dataclass(frozen=True)
 class TextWorldKind:
-    """A kind of ``tw-cooking`` game (:class:`~prover_core.envs.textworld.CookingGame` settings)."""
+    """A kind of ``tw-cooking`` game (:class:`~prover_envs.textworld.CookingGame` settings)."""
 
     name: str
     settings: Mapping[str, Any]
@@ -485,8 +485,8 @@ TEXTWORLD: tuple[TextWorldKind, ...] = (
 
 def textworld_case(kind: TextWorldKind, groups: int, group_size: int, seed: int, cache_dir: str | None = None) -> Case:
     """Groups of the walkthrough follower (``explore="related"``) on one game; pivots are scoring commands."""
-    from prover_core.envs import rollout
-    from prover_core.envs.textworld import TextWorldEnv, WalkthroughFollower, make_cooking_game, snapshot_env
+    from prover_envs import rollout
+    from prover_envs.textworld import TextWorldEnv, WalkthroughFollower, make_cooking_game, snapshot_env
 
     game = make_cooking_game(kind.game_seed, cache_dir=cache_dir, **dict(kind.settings))
     policy = WalkthroughFollower(kind.epsilon, explore="related")

@@ -531,15 +531,17 @@ def run_judge_bench(
     try:
         import gymnasium  # noqa: F401
     except ImportError:
-        out.notes.append("gymnasium toy-text skipped: gymnasium is not installed (pip install 'prover-core[gym]')")
+        out.notes.append("gymnasium toy-text skipped: gymnasium is not installed (pip install 'gymnasium>=1.0')")
         tabular = tuple(e for e in tabular if e.kind != "gymnasium")
     cases += [(e.name, e) for e in tabular if not settings.only or e.name in settings.only]
     if settings.textworld:
         try:
             import textworld  # noqa: F401
+
+            import prover_envs  # noqa: F401
         except ImportError:
             out.notes.append(
-                "TextWorld games skipped: textworld is not installed (pip install 'prover-core[textworld]')"
+                "TextWorld games skipped: textworld is not installed (pip install 'prover-envs[textworld]')"
             )
         else:
             cases += [(kind.name, kind) for kind in games if not settings.only or kind.name in settings.only]

@@ -2,7 +2,8 @@
 
 Each dataset row's ``extra_info`` holds ``{"seed": int}``; the agent loop ``prover_env`` plays one episode
 per session, the trainer ``prover_sync`` restores turns by replay (FrozenLake is deterministic given its
-reset seed and actions) and continues them on verl's rollout replicas.
+reset seed and actions) and continues them on verl's rollout replicas. Needs prover-envs with gymnasium
+(``pip install -e './adapters/envs[gym]'``) beside prover-verl.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prover_core import ChoiceJudge, ProverConfig
-from prover_core.envs.gymnasium import GymEnv, gym_spec
+from prover_envs.gymnasium import GymEnv, gym_spec
 from prover_verl import ProverSpec
 
 ACTIONS = ("left", "down", "right", "up")

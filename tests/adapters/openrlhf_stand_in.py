@@ -148,8 +148,8 @@ def expected_requests(prompt: str, trajectory: Any, max_len: int, seed: int = 0)
     ``prompt + take key + HOLD`` with ``a0`` (paired seeds). ``max_tokens = max_len - len(context)``.
     """
     from prover_core import ProverConfig
-    from prover_core.engine.policy import action_seed
     from prover_core.verify import continuation_seeds
+    from prover_engine.policy import action_seed
 
     pre = tuple(char_ids(prompt))
     post = (*pre, *TAKE_KEY_IDS, *char_ids(HOLD))
@@ -168,8 +168,8 @@ def expected_requests(prompt: str, trajectory: Any, max_len: int, seed: int = 0)
 def pre_successes(trajectory: Any, seed: int = 0) -> int:
     """How many of the K pre continuations take the key (even first-action seed), by the same seeds."""
     from prover_core import ProverConfig
-    from prover_core.engine.policy import action_seed
     from prover_core.verify import continuation_seeds
+    from prover_engine.policy import action_seed
 
     return sum(action_seed(s, 0) % 2 == 0 for s in continuation_seeds(ProverConfig(k=8, seed=seed), trajectory)[0])
 

@@ -46,10 +46,11 @@ import torch  # noqa: E402
 from openrlhf.trainer.ppo_utils.experience import split_experience_batch  # noqa: E402
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController  # noqa: E402
 
+import prover_engine  # noqa: E402
 from prover_core import DivergenceJudge, ProverConfig  # noqa: E402
 from prover_core.credit import mask_runs  # noqa: E402
-from prover_core.engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
 from prover_core.errors import ContinuationLimitError, EngineTimeoutError  # noqa: E402
+from prover_engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
 from prover_openrlhf import engine as engine_mod  # noqa: E402
 from prover_openrlhf import launch  # noqa: E402
 from prover_openrlhf.experience_maker import BONUS_INFO_KEY, ProverExperienceMaker  # noqa: E402
@@ -60,6 +61,7 @@ from prover_openrlhf.restore import AgentInstanceEnv  # noqa: E402
 STOCK = ProverExperienceMaker.__mro__[1]  # OpenRLHF's RemoteExperienceMaker, whatever install() rebinds
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ADAPTER_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__)))  # where prover_openrlhf lives
+ENGINE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(prover_engine.__file__)))  # where prover_engine lives
 AGENT_FILE = os.path.join(REPO, "tests", "adapters", "openrlhf_agent.py")
 MODEL = "tests.adapters.openrlhf_stand_in:key_door_model"
 N = 4  # n_samples_per_prompt
@@ -167,7 +169,7 @@ def cluster() -> Any:
     launch.start_ray(
         f"{__name__}:make_setup",
         hook="tests.adapters.openrlhf_stand_in.worker_setup",
-        env_vars={"PYTHONPATH": os.pathsep.join([REPO, ADAPTER_ROOT, stand_in.FAKE_VLLM])},
+        env_vars={"PYTHONPATH": os.pathsep.join([REPO, ENGINE_ROOT, ADAPTER_ROOT, stand_in.FAKE_VLLM])},
         num_cpus=4,
         num_gpus=2,
         include_dashboard=False,

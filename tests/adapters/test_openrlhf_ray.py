@@ -23,6 +23,7 @@ from tests.hosts import require_host
 require_host("openrlhf")
 ray = require_host("ray")
 
+import prover_engine  # noqa: E402
 from prover_openrlhf import launch  # noqa: E402
 from prover_openrlhf.install import WORKER_SETUP_HOOK, installed, uninstall  # noqa: E402
 from prover_openrlhf.prover_setup import SETUP_ENV, ProverSetup  # noqa: E402
@@ -30,6 +31,7 @@ from prover_openrlhf.records import STORE_ACTOR_NAME, RayRecordStore, record_key
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ADAPTER_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(launch.__file__)))  # where prover_openrlhf lives
+ENGINE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(prover_engine.__file__)))  # where prover_engine lives
 
 
 def test_split_args_takes_the_setup_flag_and_keeps_openrlhf_args() -> None:
@@ -90,7 +92,7 @@ def ray_cluster() -> Any:
     store = launch.start_ray(
         f"{__name__}:make_setup",
         hook="prover_openrlhf.cpu.cpu_worker_setup",
-        env_vars={"PYTHONPATH": os.pathsep.join([REPO, ADAPTER_ROOT])},
+        env_vars={"PYTHONPATH": os.pathsep.join([REPO, ENGINE_ROOT, ADAPTER_ROOT])},
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -43,8 +43,8 @@ from vllm.utils import random_uuid  # noqa: E402
 
 from prover_core import DivergenceJudge, ProverConfig  # noqa: E402
 from prover_core.credit import mask_runs  # noqa: E402
-from prover_core.engine import Generation, SamplingParams  # noqa: E402
 from prover_core.errors import ContinuationLimitError, EngineError  # noqa: E402
+from prover_engine import Generation, SamplingParams  # noqa: E402
 from prover_openrlhf import LocalRecordStore, ProverSetup  # noqa: E402
 from prover_openrlhf.engine import (  # noqa: E402
     RolloutEngines,

@@ -1,7 +1,7 @@
 """The token engines over TRL's vLLM backends.
 
 Server mode: TRL's real ``VLLMClient`` against a real HTTP server on 127.0.0.1 speaking vLLM's
-``/v1/completions`` (``tests/adapters/vllm_loopback.py``), through ``prover_core.engine.EnginePolicy``.
+``/v1/completions`` (``tests/adapters/vllm_loopback.py``), through ``prover_engine.EnginePolicy``.
 Colocate mode: ``vllm.LLM`` needs a GPU build of vllm, so the engine is driven with a stand-in that has
 ``LLM.generate``'s signature and returns ``RequestOutput``-shaped objects (what it checks: batching,
 one seeded ``SamplingParams`` per context, the wake/sleep order of TRL's sleep mode, logprob extraction).
@@ -26,10 +26,10 @@ import torch  # noqa: E402
 
 from examples.trl_toy import tiny_causal_lm, word_tokenizer  # noqa: E402
 from prover_core import PolicyContext, Trajectory, Turn  # noqa: E402
-from prover_core.engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
-from prover_core.engine.policy import action_seed  # noqa: E402
 from prover_core.errors import EngineError, EngineTimeoutError  # noqa: E402
 from prover_core.protocols import policy_rng  # noqa: E402
+from prover_engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
+from prover_engine.policy import action_seed  # noqa: E402
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine  # noqa: E402
 from tests.adapters.vllm_loopback import LoopbackVLLM, client_for  # noqa: E402
 

@@ -133,7 +133,7 @@ def _launch(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
     root = Path(__file__).parents[2]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(root), str(root / "adapters" / "trl")]),
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "adapters" / "engine"), str(root / "adapters" / "trl")]),
         "OMP_NUM_THREADS": "1",
     }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]

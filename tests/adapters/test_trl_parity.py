@@ -14,7 +14,7 @@ require_host("trl")
 import torch  # noqa: E402
 
 from examples.trl_toy import tiny_causal_lm, word_tokenizer  # noqa: E402
-from prover_core.engine import Generation, ParityMonitor  # noqa: E402
+from prover_engine import Generation, ParityMonitor  # noqa: E402
 from prover_trl.parity import model_score, trainer_score  # noqa: E402
 
 CONTEXT = [3, 7, 4, 9]

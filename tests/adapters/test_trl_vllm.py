@@ -25,7 +25,7 @@ from datasets import Dataset  # noqa: E402
 
 from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # noqa: E402
 from prover_core import ProverConfig, ReplayEnv  # noqa: E402
-from prover_core.engine import EnginePolicy  # noqa: E402
+from prover_engine import EnginePolicy  # noqa: E402
 from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward  # noqa: E402
 from prover_trl.engines import VLLMServerEngine  # noqa: E402
 from tests.adapters.vllm_loopback import LoopbackVLLM, trl_server_mode  # noqa: E402

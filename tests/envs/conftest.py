@@ -18,6 +18,6 @@ def textworld_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cooking_game(textworld_cache: Path) -> Any:
-    from prover_core.envs.textworld import make_cooking_game
+    from prover_envs.textworld import make_cooking_game
 
     return make_cooking_game(3, cache_dir=textworld_cache, **GAME_SETTINGS)

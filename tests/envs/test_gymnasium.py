@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prover_core import ProverConfig, RandomJudge, ReplayMismatchError, RestoreError, Trajectory, Turn, compute_bonus
-from prover_core.envs import RolloutLimitError, rollout
-from prover_core.envs.gymnasium import GymEnv, copy_env, gym_spec, replay_env, snapshot_env, to_plain
 from prover_core.protocols import PolicyContext, Step
+from prover_envs import RolloutLimitError, rollout
+from prover_envs.gymnasium import GymEnv, copy_env, gym_spec, replay_env, snapshot_env, to_plain
 from tests.hosts import require_host
 
 require_host("gymnasium")  # the modules above import it lazily; skip (or fail in CI) without it

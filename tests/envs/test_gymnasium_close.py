@@ -7,9 +7,9 @@ from collections import Counter
 from typing import Any
 
 from prover_core import ProverConfig, RandomJudge, ReplayEnv, SnapshotEnv, compute_bonus
-from prover_core.envs import rollout
-from prover_core.envs.gymnasium import GymEnv, copy_env, gym_spec
 from prover_core.protocols import Closable, PolicyContext
+from prover_envs import rollout
+from prover_envs.gymnasium import GymEnv, copy_env, gym_spec
 from tests.hosts import require_host
 
 gymnasium = require_host("gymnasium")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from prover_core import Trajectory
-from prover_core.envs import rollout
-from prover_core.envs.gymnasium import GymEnv, gym_spec, replay_env, snapshot_env, to_plain
 from prover_core.protocols import PolicyContext
 from prover_core.restore import ReplayEnv, SnapshotEnv
+from prover_envs import rollout
+from prover_envs.gymnasium import GymEnv, gym_spec, replay_env, snapshot_env, to_plain
 from tests.hosts import require_host
 
 require_host("gymnasium")

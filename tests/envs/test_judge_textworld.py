@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prover_bench.judge_cases import TEXTWORLD, textworld_case
-from prover_core.envs.textworld import TextWorldEnv, make_cooking_game
+from prover_envs.textworld import TextWorldEnv, make_cooking_game
 from tests.hosts import require_host
 
 require_host("textworld")

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from prover_core import ReplayMismatchError, RestoreError, Trajectory, Turn
-from prover_core.envs import rollout
-from prover_core.envs.textworld import (
+from prover_core.protocols import Step
+from prover_envs import rollout
+from prover_envs.textworld import (
     CookingGame,
     GameFile,
     TextPolicy,
@@ -21,7 +22,6 @@ from prover_core.envs.textworld import (
     replay_env,
     snapshot_env,
 )
-from prover_core.protocols import Step
 from tests.envs.conftest import GAME_SETTINGS
 from tests.hosts import require_host
 

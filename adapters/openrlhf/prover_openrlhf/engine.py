@@ -5,8 +5,8 @@ OpenRLHF's rollout (``MultiTurnAgentExecutor.execute`` in ``openrlhf/utils/agent
 (``openrlhf/trainer/ray/vllm_engine.py``) with the conversation's token ids and a ``vllm.SamplingParams``,
 and reads ``outputs[0].token_ids`` / ``text`` / ``finish_reason``. :class:`RolloutEngines` makes the same
 call through the actors' Ray handles (``engine.generate.remote(token_ids, sampling_params)``), one request
-per continuation action, with the request's own ``seed``: a :class:`~prover_core.engine.TokenEngine` for
-:class:`~prover_core.engine.EnginePolicy`. :func:`engine_policy` builds that policy as OpenRLHF's rollout
+per continuation action, with the request's own ``seed``: a :class:`~prover_engine.TokenEngine` for
+:class:`~prover_engine.EnginePolicy`. :func:`engine_policy` builds that policy as OpenRLHF's rollout
 samples: the observation's ids are ``tokenizer(text=feedback, add_special_tokens=False)`` and the action
 handed to the agent instance is the engine's text, exactly as the executor does.
 
@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from prover_core.hosts import ContinuationLimitError, EngineError, EnginePolicy, Generation, SamplingParams, TokenStore
+from prover_core.hosts import ContinuationLimitError, EngineError
+from prover_engine import EnginePolicy, Generation, SamplingParams, TokenStore
 from prover_openrlhf.errors import SetupError
 
 ENGINES_ACTOR_NAME = "prover_openrlhf_vllm_engines"
@@ -78,7 +79,7 @@ def to_generation(output: Any) -> Generation:
 
 
 class RolloutEngines:
-    """A :class:`~prover_core.engine.TokenEngine` over OpenRLHF's ``RolloutRayActor`` handles.
+    """A :class:`~prover_engine.TokenEngine` over OpenRLHF's ``RolloutRayActor`` handles.
 
     Each ``generate`` is one ``engine.generate.remote(ids, sampling_params)`` request on the engine with
     the fewest of this object's requests in flight (vLLM batches concurrent requests). ``max_len`` is

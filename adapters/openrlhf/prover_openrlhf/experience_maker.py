@@ -11,7 +11,7 @@ where turn ``t`` is the ``t``-th run of 1s of ``action_mask[i]`` and ``bonus_t``
 non-zero advantages on environment tokens before the last action; they are not touched). With
 ``reinforce_baseline`` the bonus comes after OpenRLHF's batch whitening, i.e. in whitened units.
 
-When the setup's policy is an :class:`~prover_core.engine.EnginePolicy` (e.g.
+When the setup's policy is an :class:`~prover_engine.EnginePolicy` (e.g.
 :func:`~prover_openrlhf.engine.engine_policy` over OpenRLHF's own vLLM engines), the maker records each
 credited row's token ids in the policy's store, ``prompt_ids = sequences[:1]`` and
 ``completion_ids = sequences[1:length]`` (OpenRLHF's ``action_mask`` is ``mask[1:]``, so the turn spans
@@ -36,7 +36,8 @@ import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # type: ignore[import-untyped]
 from openrlhf.utils.logging_utils import init_logger  # type: ignore[import-untyped]
 
-from prover_core.hosts import BonusResult, EnginePolicy, LiftWindow, Report, Trajectory, compute_bonus
+from prover_core.hosts import BonusResult, LiftWindow, Report, Trajectory, compute_bonus
+from prover_engine import EnginePolicy
 from prover_openrlhf.batch import Row, batch_rows, plan_batch
 from prover_openrlhf.engine import RolloutEngines, find_engines
 from prover_openrlhf.prover_setup import ProverSetup, load_setup

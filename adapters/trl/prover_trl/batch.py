@@ -21,11 +21,11 @@ from prover_core.hosts import (
     Turn,
     is_eligible,
     mask_runs,
-    merge_metrics,
     representative,
     spans_off_mask,
     success_rate,
 )
+from prover_engine.parity import merge_metrics
 from prover_trl.errors import ProverTRLError
 from prover_trl.spans import check_spans
 

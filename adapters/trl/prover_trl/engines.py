@@ -1,4 +1,4 @@
-"""Token engines over TRL's own vLLM backends, for :class:`prover_core.engine.EnginePolicy`.
+"""Token engines over TRL's own vLLM backends, for :class:`prover_engine.EnginePolicy`.
 
 * :class:`VLLMServerEngine`: vLLM server mode. Calls TRL's ``VLLMClient.generate`` with the token
   ids of the context (``/v1/completions`` with ``prompt`` = ids; the server never re-tokenises) and
@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from prover_core.hosts import EngineError, Generation, SamplingParams
+from prover_core.hosts import EngineError
+from prover_engine import Generation, SamplingParams
 
 DISTRIBUTION = (
     "temperature",
@@ -33,14 +34,14 @@ DISTRIBUTION = (
     "presence_penalty",
     "frequency_penalty",
 )
-"""The :class:`~prover_core.engine.SamplingParams` fields that shape the distribution (vLLM's names)."""
+"""The :class:`~prover_engine.SamplingParams` fields that shape the distribution (vLLM's names)."""
 
 _CLIENT_NAMED = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 """Fields ``VLLMClient.generate`` takes as named arguments; the penalties go in ``generation_kwargs``."""
 
 
 def trainer_sampling(trainer: Any, max_tokens: int | None = None) -> SamplingParams:
-    """The rollout's sampling, read in ONE place from the trainer, as :class:`~prover_core.engine.SamplingParams`.
+    """The rollout's sampling, read in ONE place from the trainer, as :class:`~prover_engine.SamplingParams`.
 
     TRL's ``VLLMGeneration.generate`` samples with the trainer's ``temperature``, ``top_p``, ``top_k``,
     ``min_p`` (``None``: 0), ``repetition_penalty`` and ``max_completion_length``, then lets
@@ -74,7 +75,7 @@ def _sampled_logprobs(rows: Any) -> tuple[float, ...] | None:
 
 
 class VLLMServerEngine:
-    """:class:`~prover_core.engine.TokenEngine` over TRL's ``VLLMClient`` (``trainer.vllm_generation.vllm_client``).
+    """:class:`~prover_engine.TokenEngine` over TRL's ``VLLMClient`` (``trainer.vllm_generation.vllm_client``).
 
     One request per action, ``n=1``, the complete sampling distribution, the continuation's seed and
     stop tokens. The server's echo of the prompt ids is checked: a server that re-tokenised the context
@@ -130,7 +131,7 @@ def _vllm_sampling_class() -> Callable[..., Any]:
 
 
 class VLLMColocateEngine:
-    """:class:`~prover_core.engine.TokenEngine` over the trainer's colocated ``vllm.LLM``.
+    """:class:`~prover_engine.TokenEngine` over the trainer's colocated ``vllm.LLM``.
 
     ``generation`` is ``trainer.vllm_generation`` (TRL's ``VLLMGeneration`` in colocate mode, tensor
     parallel size 1). Concurrent ``generate`` calls of one event-loop tick become one

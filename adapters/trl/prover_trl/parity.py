@@ -1,4 +1,4 @@
-"""The trainer's own logprobs for :class:`~prover_core.engine.ParityMonitor`.
+"""The trainer's own logprobs for :class:`~prover_engine.ParityMonitor`.
 
 ``trainer_score(trainer)`` is the ``score(context_ids, token_ids)`` a parity monitor needs: the
 current model's ``log softmax(logits / T)`` of each token at its position, with ``T`` the trainer's

@@ -37,8 +37,6 @@ from trl.trainer.grpo_trainer import GRPOTrainer
 from prover_core.hosts import (
     BonusResult,
     ContinueFn,
-    EnginePolicy,
-    Generation,
     GroupRecord,
     Judge,
     LiftWindow,
@@ -46,14 +44,13 @@ from prover_core.hosts import (
     ProverConfig,
     Report,
     RestorableEnv,
-    TokenEngine,
-    TokenStore,
     Trajectory,
     compute_bonus,
     default_judge,
     mask_runs,
     spread_to_tokens,
 )
+from prover_engine import EnginePolicy, Generation, TokenEngine, TokenStore
 from prover_trl.backend import backend, collective_generation
 from prover_trl.batch import (
     PROVER_KEYS,

@@ -1,4 +1,4 @@
-"""A :class:`~prover_core.engine.TokenEngine` over verl's own ``LLMServerClient`` (vLLM, SGLang, TRT-LLM).
+"""A :class:`~prover_engine.TokenEngine` over verl's own ``LLMServerClient`` (vLLM, SGLang, TRT-LLM).
 
 verl's agent loops reach the rollout replicas through ``LLMServerClient.generate(request_id, *,
 prompt_ids, sampling_params) -> TokenOutput`` (``verl/workers/rollout/llm_server.py``): the client asks
@@ -33,7 +33,8 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from prover_core.hosts import EngineError, Generation, SamplingParams
+from prover_core.hosts import EngineError
+from prover_engine import Generation, SamplingParams
 
 SEED_KEYS = {"vllm": "seed", "sglang": "sampling_seed", "trtllm": "seed"}
 """The per-request seed's name in each backend's sampling parameters."""

@@ -12,7 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from prover_core.hosts import Env, Judge, ProverConfig, SamplingParams, default_judge
+from prover_core.hosts import Env, Judge, ProverConfig, default_judge
+from prover_engine import SamplingParams
 from prover_verl.errors import SetupError
 
 SPEC_KEY = "prover.spec"

@@ -7,7 +7,7 @@ replay buffer, refill, checkpoint rules, ``trainer.v1.<base>`` settings) except 
 
 1. fetch each row's ``extra_fields`` and token ids from TransferQueue (``batch.keys`` order), where the
    recording agent loop put ``prover_trajectory`` (verl's padding rows carry none they own);
-2. fill a :class:`~prover_core.engine.TokenStore` and build an :class:`~prover_core.engine.EnginePolicy`
+2. fill a :class:`~prover_engine.TokenStore` and build an :class:`~prover_engine.EnginePolicy`
    over verl's own ``LLMServerClient`` (:class:`~prover_verl.engine.VerlServerEngine`), the environment
    restored by replay (:class:`~prover_core.ReplayEnv` over ``spec.make_env``) and the spec's judge;
 3. if some group can be credited (success rate strictly between 0 and 1), wake the replicas with the
@@ -28,15 +28,8 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from prover_core.hosts import (
-    EnginePolicy,
-    LiftWindow,
-    ReplayEnv,
-    TokenStore,
-    Trajectory,
-    group_batch,
-    success_rate,
-)
+from prover_core.hosts import LiftWindow, ReplayEnv, Trajectory, group_batch, success_rate
+from prover_engine import EnginePolicy, TokenStore
 from prover_verl.agent_loop import TRAJECTORY_FIELD
 from prover_verl.engine import VerlServerEngine, sglang_seed_note
 from prover_verl.errors import RowAlignmentError, SetupError

@@ -14,8 +14,8 @@ and log line, in every form (:mod:`~prover_core.redaction`), before any excerpt 
 
 Each attempt has one deadline, ``timeout_s``, for the whole answer: connecting, sending and reading the
 full body (``asyncio.wait_for`` around the request; httpx's connect and read timeouts stay inside it). An
-attempt past it fails with :class:`AnswerTimeout` and is retried like any timeout, however slowly the
-server trickles its answer. The blocking :meth:`ChatClient.chat` runs the same async request.
+attempt past it fails with :class:`~prover_core.errors.AnswerTimeout` and is retried like any timeout, however
+slowly the server trickles its answer. The blocking :meth:`ChatClient.chat` runs the same async request.
 
 Usage figures are range-checked: a ``usage`` with a negative count is ignored (counted in ``usage_missing``), so
 a server cannot refill the token budget. A response that cannot be written to the cache is still used (the failed
@@ -55,7 +55,13 @@ from prover_core.connections import (
     parse_retry_after,
     read_capped,
 )
-from prover_core.errors import JudgeAnswerTooLargeError, JudgeError, JudgeRefusedError, JudgeUnsupportedError
+from prover_core.errors import (
+    AnswerTimeout,
+    JudgeAnswerTooLargeError,
+    JudgeError,
+    JudgeRefusedError,
+    JudgeUnsupportedError,
+)
 from prover_core.judges.llm.cache import ResponseCache, request_key
 from prover_core.judges.llm.config import LLMJudgeConfig
 from prover_core.judges.llm.stats import JudgeStats
@@ -186,10 +192,6 @@ class ChatResponse(BaseModel):
             return None
 
 
-class AnswerTimeout(httpx.TimeoutException):
-    """An attempt's whole answer (connecting, sending, the full body) did not arrive within ``timeout_s``."""
-
-
 class ChatClient:
     """Sends chat-completion requests through one pooled async client per event loop."""
 
@@ -313,13 +315,13 @@ class ChatClient:
             f"chat server {self.config.endpoint} failed after {attempts} attempt(s){circuit}: {self.redact(str(exc))}"
         )
 
-    def _transport(self, exc: httpx.HTTPError) -> Exception:
+    def _transport(self, exc: httpx.HTTPError | AnswerTimeout) -> Exception:
         """A timeout or connection error is worth a retry; any other httpx error (bad URL, decoding) is not."""
         self.stats.failure()
         text = self.redact(str(exc))
         detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         if self.retry.retries_error(exc):
-            if isinstance(exc, httpx.TimeoutException):
+            if isinstance(exc, (httpx.TimeoutException, AnswerTimeout)):
                 limits = f"timeout_s={self.config.timeout_s:g}, connect_timeout_s={self.config.connect_timeout_s:g}"
                 return Retryable(f"timed out ({detail}; {limits})")
             return Retryable(f"connection error ({detail})")
@@ -383,7 +385,7 @@ class ChatClient:
                 start = time.perf_counter()
                 try:
                     response = await self._post(client, payload)
-                except httpx.HTTPError as exc:
+                except (httpx.HTTPError, AnswerTimeout) as exc:
                     raise self._transport(exc) from None
                 except AnswerTooLarge as exc:
                     self.stats.failure()

@@ -1,7 +1,7 @@
 """Real environments as restorable environments, and a rollout helper shared by them.
 
-* :mod:`prover_core.envs.gymnasium`: any gymnasium environment (extra ``gym``).
-* :mod:`prover_core.envs.textworld`: TextWorld text games generated locally (extra ``textworld``).
+* :mod:`prover_envs.gymnasium`: any gymnasium environment (extra ``gym``).
+* :mod:`prover_envs.textworld`: TextWorld text games generated locally (extra ``textworld``).
 
 Both modules import their host library only when an environment is made, so importing them is cheap
 and never fails. :func:`rollout` records one episode of a plain :class:`~prover_core.restore.Env` as
@@ -54,5 +54,7 @@ def rollout(
         rng=np.random.default_rng(seed),
     )
 
+
+__version__ = "0.1.0"
 
 __all__ = ["RolloutLimitError", "rollout"]

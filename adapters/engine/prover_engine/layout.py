@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from prover_core.data import Trajectory
-from prover_core.engine.protocol import Generation
-from prover_core.engine.tokens import TokenSequence
 from prover_core.errors import TokenRecordError
+from prover_engine.protocol import Generation
+from prover_engine.tokens import TokenSequence
 
 __all__ = ["CloseAction", "check_record", "close_turn", "no_close"]
 

@@ -1,4 +1,4 @@
-"""A :class:`~prover_core.Policy` over a :class:`~prover_core.engine.TokenEngine`, token-exact.
+"""A :class:`~prover_core.Policy` over a :class:`~prover_engine.TokenEngine`, token-exact.
 
 The context of the ``j``-th action of a continuation from boundary ``b`` of trajectory ``tau`` is
 
@@ -6,7 +6,7 @@ The context of the ``j``-th action of a continuation from boundary ``b`` of traj
 
 where ``a_b`` is the first token of turn ``b``'s action span, ``g_i`` the ids the engine generated for
 the continuation's ``i``-th action followed by ``close_action(g_i)`` (what the rollout's template
-appends after an action; default nothing, see :mod:`prover_core.engine.layout`) and
+appends after an action; default nothing, see :mod:`prover_engine.layout`) and
 ``o_i = render_observation(observation_i)``. With ``max_model_len`` set, each call's ``max_tokens`` is
 ``min(max_tokens, max_model_len - len(context))``, the room left (vLLM refuses ``len(context) +
 max_tokens > max_model_len`` with a 400); a context with no room left raises
@@ -24,17 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from prover_core._aio import call_user
-from prover_core._finite import check_finite
 from prover_core.data import Trajectory
-from prover_core.engine.layout import CloseAction, check_record, no_close
-from prover_core.engine.parity import ParityMonitor
-from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
-from prover_core.engine.schedule import PrefixGate
-from prover_core.engine.tokens import TokenSequence, TokenStore
 from prover_core.errors import ContextLengthError, EngineError, EngineTimeoutError, TokenRecordError
+from prover_core.hosts import call_user, check_finite
 from prover_core.protocols import PolicyContext
 from prover_core.restore import observations_equal
+from prover_engine.layout import CloseAction, check_record, no_close
+from prover_engine.parity import ParityMonitor
+from prover_engine.protocol import Generation, SamplingParams, TokenEngine
+from prover_engine.schedule import PrefixGate
+from prover_engine.tokens import TokenSequence, TokenStore
 
 __all__ = ["EnginePolicy", "action_seed"]
 
@@ -77,16 +76,16 @@ class EnginePolicy:
     engine calls are in flight at once (the engine batches them); each call gets ``timeout_s``.
 
     ``close_action(generation)`` returns the ids the rollout appends after an action (e.g.
-    :func:`~prover_core.engine.layout.close_turn` for a chat template's end-of-turn). With
+    :func:`~prover_engine.layout.close_turn` for a chat template's end-of-turn). With
     ``check_contexts`` (default), before a continuation of a trajectory builds its first context
     (action 1) the recorded row is replayed through ``close_action`` and ``render_observation``
-    (:func:`~prover_core.engine.layout.check_record`, once per trajectory and step); a row they do not
+    (:func:`~prover_engine.layout.check_record`, once per trajectory and step); a row they do not
     reproduce fails those continuations with :class:`~prover_core.errors.TokenRecordError` (a recorded
     skip, never a continuation from a context the rollout would not have sent). ``max_model_len``: see the module
     docstring. ``group_prefixes`` (default): when calls wait for a slot, those of a trajectory already
-    in flight go first (:mod:`prover_core.engine.schedule`), so an engine's prefix cache serves them.
+    in flight go first (:mod:`prover_engine.schedule`), so an engine's prefix cache serves them.
 
-    ``parity`` (a :class:`~prover_core.engine.parity.ParityMonitor`) is offered every action; its gaps
+    ``parity`` (a :class:`~prover_engine.parity.ParityMonitor`) is offered every action; its gaps
     reach the report's metrics through :meth:`report_stats`.
     """
 
@@ -235,7 +234,7 @@ class EnginePolicy:
     async def generate(self, ids: Sequence[int], params: SamplingParams, prefix: Hashable = None) -> Generation:
         """One engine call under the concurrency limit and time limit; failures raise :class:`EngineError`.
 
-        Calls wait for a slot in a :class:`~prover_core.engine.schedule.PrefixGate`: a free slot goes first
+        Calls wait for a slot in a :class:`~prover_engine.schedule.PrefixGate`: a free slot goes first
         to a call whose ``prefix`` (``act`` passes the trajectory id) is in flight, so continuations that
         share a prefix reach the engine together. ``None``: first come, first served.
         """

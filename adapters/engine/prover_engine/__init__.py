@@ -14,16 +14,18 @@ imported on first use, so that code without them does not pay for httpx and tena
 
 from typing import TYPE_CHECKING, Any
 
-from prover_core.engine.layout import check_record, close_turn
-from prover_core.engine.parity import ParityMonitor
-from prover_core.engine.policy import EnginePolicy, action_seed
-from prover_core.engine.protocol import Generation, SamplingParams, TokenEngine
-from prover_core.engine.tokens import TokenSequence, TokenStore
+from prover_engine.layout import check_record, close_turn
+from prover_engine.parity import ParityMonitor
+from prover_engine.policy import EnginePolicy, action_seed
+from prover_engine.protocol import Generation, SamplingParams, TokenEngine
+from prover_engine.tokens import TokenSequence, TokenStore
 
 if TYPE_CHECKING:
-    from prover_core.engine.llama import LlamaServerEngine
-    from prover_core.engine.openai import OpenAICompletionsEngine
-    from prover_core.engine.sglang import SGLangEngine
+    from prover_engine.llama import LlamaServerEngine
+    from prover_engine.openai import OpenAICompletionsEngine
+    from prover_engine.sglang import SGLangEngine
+
+__version__ = "0.1.0"
 
 __all__ = [
     "EnginePolicy",
@@ -44,15 +46,15 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "OpenAICompletionsEngine":
-        from prover_core.engine.openai import OpenAICompletionsEngine
+        from prover_engine.openai import OpenAICompletionsEngine
 
         return OpenAICompletionsEngine
     if name == "SGLangEngine":
-        from prover_core.engine.sglang import SGLangEngine
+        from prover_engine.sglang import SGLangEngine
 
         return SGLangEngine
     if name == "LlamaServerEngine":
-        from prover_core.engine.llama import LlamaServerEngine
+        from prover_engine.llama import LlamaServerEngine
 
         return LlamaServerEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

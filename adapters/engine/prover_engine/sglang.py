@@ -1,8 +1,8 @@
-"""A :class:`~prover_core.engine.TokenEngine` over SGLang's native ``/generate`` endpoint (token ids in and out).
+"""A :class:`~prover_engine.TokenEngine` over SGLang's native ``/generate`` endpoint (token ids in and out).
 
 SGLang 0.5.12's ``/v1/completions`` returns no token ids (``CompletionResponseChoice`` has no
 ``token_ids``; ``CompletionRequest`` no ``return_token_ids``; its logprob tokens are text), so
-:class:`~prover_core.engine.OpenAICompletionsEngine` cannot read it. The native endpoint can: each call
+:class:`~prover_engine.OpenAICompletionsEngine` cannot read it. The native endpoint can: each call
 POSTs (``GenerateReqInput`` in ``sglang/srt/managers/io_struct.py``)::
 
     {"input_ids": ids, "stream": false, "return_logprob": <logprobs>, "logprob_start_len": -1,
@@ -23,7 +23,7 @@ that of unpaired draws). Launch SGLang with that flag for common random numbers.
 An answer whose ``finish_reason`` is ``abort`` (a request aborted by the server, e.g. around a weight
 update) raises :class:`~prover_core.errors.EngineError`; statuses, retries, timeouts, concurrency and
 the API key (SGLang's ``--api-key``, sent as a bearer token) are handled as by
-:class:`~prover_core.engine.OpenAICompletionsEngine`.
+:class:`~prover_engine.OpenAICompletionsEngine`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from prover_core.engine.openai import OpenAICompletionsEngine, TokenId, check_logprob
-from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineResponseError
+from prover_engine.openai import OpenAICompletionsEngine, TokenId, check_logprob
+from prover_engine.protocol import Generation, SamplingParams
 
 __all__ = ["SGLangEngine"]
 

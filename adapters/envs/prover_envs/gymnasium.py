@@ -45,7 +45,7 @@ def _gymnasium() -> ModuleType:
     try:
         return importlib.import_module("gymnasium")
     except ImportError as exc:
-        raise ImportError("prover_core.envs.gymnasium needs gymnasium: pip install 'prover-core[gym]'") from exc
+        raise ImportError("prover_envs.gymnasium needs gymnasium: pip install 'prover-envs[gym]'") from exc
 
 
 def reached_goal(reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]) -> bool:

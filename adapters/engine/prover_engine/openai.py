@@ -1,8 +1,8 @@
-"""A :class:`~prover_core.engine.TokenEngine` over an OpenAI-compatible ``/v1/completions`` endpoint.
+"""A :class:`~prover_engine.TokenEngine` over an OpenAI-compatible ``/v1/completions`` endpoint.
 
 Token ids in, token ids out, for servers that take a list of ids as ``prompt`` and return the sampled
 ids (vLLM; not SGLang 0.5.12, whose ``/v1/completions`` returns none: use
-:class:`~prover_core.engine.sglang.SGLangEngine` there). Each
+:class:`~prover_engine.sglang.SGLangEngine` there). Each
 call POSTs ``{"model", "prompt": ids, "max_tokens", "seed", "stop_token_ids", "n": 1, "stream": false,
 "return_token_ids": true}`` and every field of ``SamplingParams.distribution()`` (temperature, top_p,
 top_k, min_p, repetition/presence/frequency penalties: nothing is left to the server's defaults), then
@@ -51,7 +51,6 @@ import httpx
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from tenacity import RetryCallState
 
-from prover_core._finite import finite_arguments
 from prover_core.connections import (
     MAX_ANSWER_BYTES,
     AnswerTooLarge,
@@ -62,7 +61,6 @@ from prover_core.connections import (
     parse_retry_after,
     read_capped,
 )
-from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import (
     EngineAnswerTooLargeError,
     EngineError,
@@ -70,7 +68,9 @@ from prover_core.errors import (
     EngineResponseError,
     EngineTimeoutError,
 )
+from prover_core.hosts import finite_arguments
 from prover_core.redaction import read_key
+from prover_engine.protocol import Generation, SamplingParams
 
 __all__ = ["EngineCallStats", "LogProb", "OpenAICompletionsEngine", "TokenId", "check_logprob"]
 
@@ -130,7 +130,7 @@ class CompletionChoice(BaseModel):
             raise EngineResponseError(
                 "the completion has no token ids and comes from SGLang, whose /v1/completions (0.5.12) does not "
                 "answer `return_token_ids` and writes logprob tokens as text: use "
-                "prover_core.engine.SGLangEngine (SGLang's native /generate, token ids in and out)"
+                "prover_engine.SGLangEngine (SGLang's native /generate, token ids in and out)"
             )
         else:
             raise EngineResponseError(

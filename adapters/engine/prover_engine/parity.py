@@ -26,7 +26,7 @@ weights or a context the engine did not sample from a positive KL. The standard 
 large ``d_i`` in a small sample from reading as a systematic gap. ``kl_se`` treats tokens as
 independent (tokens of one action are not quite): a rough bound. Tokens 4-19 nats off, once seen on
 llama-server, were not noise but such contexts: the server swapped a slot's KV cache under a request
-in flight (fixed in :class:`~prover_core.engine.LlamaServerEngine`; docs/real-model.md); on the same
+in flight (fixed in :class:`~prover_engine.LlamaServerEngine`; docs/real-model.md); on the same
 engine without that, no token of 2000 was 0.4 nats off.
 
 Scoring is deferred: :meth:`ParityMonitor.offer` only records, :meth:`ParityMonitor.evaluate` calls
@@ -41,8 +41,8 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from prover_core._aio import resolve
-from prover_core.engine.protocol import Generation
+from prover_core.hosts import resolve
+from prover_engine.protocol import Generation
 
 __all__ = ["ParityMonitor", "ParitySample", "ParityStats", "kl_above", "merge_metrics"]
 

@@ -49,7 +49,7 @@ def _textworld() -> ModuleType:
     try:
         return importlib.import_module("textworld")
     except ImportError as exc:
-        raise ImportError("prover_core.envs.textworld needs textworld: pip install 'prover-core[textworld]'") from exc
+        raise ImportError("prover_envs.textworld needs textworld: pip install 'prover-envs[textworld]'") from exc
 
 
 @contextmanager
