@@ -36,7 +36,8 @@ def moved_name(module: str, name: str) -> ModuleNotFoundError | AttributeError:
 
 
 class MovedFinder(importlib.abc.MetaPathFinder):
-    """Last on ``sys.meta_path``: ``prover_core.engine[...]`` and ``prover_core.envs[...]`` raise :func:`moved`."""
+    """First on ``sys.meta_path``: ``prover_core.engine[...]``, ``prover_core.envs[...]`` raise :func:`moved`, even
+    where an older install left its folder behind (the import system would take it for a namespace package)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -48,4 +49,4 @@ class MovedFinder(importlib.abc.MetaPathFinder):
 
 
 if not any(isinstance(finder, MovedFinder) for finder in sys.meta_path):
-    sys.meta_path.append(MovedFinder())
+    sys.meta_path.insert(0, MovedFinder())  # first: a leftover ``engine/`` folder must not import as a namespace

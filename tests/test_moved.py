@@ -4,6 +4,8 @@ error that names the new home and its install line, and nothing else changes for
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +60,13 @@ def test_the_new_homes_hold_the_moved_names() -> None:
             name in prover_engine.__all__ and name not in prover_core.__all__ and name not in prover_core.hosts.__all__
         )
     assert callable(prover_envs.rollout) and callable(prover_envs.gymnasium.replay_env)
+
+
+def test_a_leftover_engine_folder_still_names_the_new_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editable install upgraded in place keeps ``prover_core/engine/__pycache__``; the import system would take
+    that folder for a namespace package, so the finder runs before it: the import still fails, naming the new home."""
+    (tmp_path / "engine" / "__pycache__").mkdir(parents=True)
+    monkeypatch.setattr(prover_core, "__path__", [*prover_core.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "prover_core.engine", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=r"^prover_core\.engine moved out of prover-core: pip install"):
+        exec("import prover_core.engine", {})
