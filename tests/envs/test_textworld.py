@@ -181,6 +181,10 @@ def test_game_dir_keeps_a_reset_spec_from_naming_files_outside_it(cooking_game: 
             env.reset({"game_file": path})
     with pytest.raises(RestoreError, match="not inside game_dir"):
         replay_env(game_dir=tmp_path / "games").restore(record(cooking_game, 0.0, 1), 1, seed=0)
+    twin = env.copy()  # a fork (what snapshot restorers make) keeps the restriction for its own later resets
+    with pytest.raises(ValueError, match="not inside game_dir"):
+        twin.reset({"game_file": str(outside)})
+    twin.close()
     env.close()
 
 

@@ -294,7 +294,7 @@ class TextWorldEnv:
 
     def copy(self) -> TextWorldEnv:
         """An exact fork of the running game (TextWorld's ``env.copy()``)."""
-        twin = TextWorldEnv(max_steps=self.default_max_steps, cache_dir=self.cache_dir)
+        twin = TextWorldEnv(max_steps=self.default_max_steps, cache_dir=self.cache_dir, game_dir=self.game_dir)
         twin.env = self.env.copy() if self.env is not None else None
         twin.path, twin.max_steps, twin.steps = self.path, self.max_steps, self.steps
         return twin
