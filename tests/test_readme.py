@@ -167,5 +167,3 @@ def test_the_readme_ranking_status_is_the_committed_seed_files() -> None:
     missing = [f for f in figures if f not in printed]
     assert not missing, f"README figures the ranking's report does not print: {missing}"
     assert "48 paired seeds" in paragraphs[0] and "--report-only" in paragraphs[0]
-
-
