@@ -51,6 +51,7 @@ class CorridorManager:
         self.rng = np.random.default_rng(spec["seed"])
         self.lanes = lanes
         self.pos, self.steps, self.history = 0, 0, []
+        OPEN.add(id(self))
 
     def _obs(self) -> dict[str, Any]:
         text = f"history: {' '.join(self.history) or '-'}; you are at {self.pos}"
@@ -73,6 +74,13 @@ class CorridorManager:
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
+    def close(self) -> None:  # verl-agent's EnvironmentManagerBase.close: self.envs.close()
+        OPEN.discard(id(self))
+
+
+OPEN: set[int] = set()
+"""The managers made and not closed yet (``CorridorManager.__init__`` adds itself)."""
+
 
 class CoinPolicy:
     """The 'current policy': right with probability 0.5, drawn from the continuation's seeded RNG."""
@@ -88,12 +96,12 @@ def play(spec: dict[str, Any], tid: str, group: str, policy_seed: int) -> Trajec
     step = env.reset(spec)
     rng = np.random.default_rng(policy_seed)
     turns = []
-    while True:
+    while not step.done:
         action = "right" if rng.random() < 0.5 else "left"
         turns.append(Turn(observation=step.observation, action=action))
         step = env.step(action)
-        if step.done:
-            return Trajectory(id=tid, group_id=group, reset=spec, turns=turns, success=step.success)
+    env.close()
+    return Trajectory(id=tid, group_id=group, reset=spec, turns=turns, success=step.success)
 
 
 def response_mask(n_turns: int) -> list[int]:
@@ -111,6 +119,27 @@ def test_env_manager_env_steps_one_environment() -> None:
     while not step.done:
         step = env.step("right")
     assert step.observation == "pos 3" and step.success and step.info["won"]
+
+
+def test_every_manager_made_is_closed_by_the_next_reset_or_the_restorer() -> None:
+    """A manager per episode: a second reset closes the first one's, ``close`` the last, and a restorer's
+    continuations close theirs when their episodes end (verl-agent managers hold worker processes)."""
+    OPEN.clear()
+    env = EnvManagerEnv(CorridorManager)
+    env.reset({"seed": 0})
+    env.reset({"seed": 1})
+    assert len(OPEN) == 1
+    env.close()
+    assert not OPEN and env.manager is None
+    trajectory = play({"seed": 5}, "t", "g", policy_seed=9)
+    with ReplayEnv(lambda: EnvManagerEnv(CorridorManager)) as restorer:
+        episode = restorer.restore(trajectory, 1, seed=1)
+        while not episode.step("right").done:
+            pass
+        assert not OPEN  # the finished continuation's manager is closed
+        held = restorer.restore(trajectory, 1, seed=2)
+        assert len(OPEN) == 1 and not held.last.done
+    assert not OPEN  # the restorer's close() closes what is still open
 
 
 def test_env_manager_env_needs_exactly_one_environment() -> None:

@@ -69,6 +69,7 @@ class EnvManagerEnv:
         )
 
     def reset(self, spec: Mapping[str, Any]) -> Step:
+        self.close()  # a manager per episode: the previous one's environments are released first
         self.manager = self.make_manager(spec)
         observations, infos = self.manager.reset(self.reset_kwargs(spec))
         return self._step(observations, _first(infos, "infos"), done=False)
@@ -78,6 +79,14 @@ class EnvManagerEnv:
             raise RestoreError("EnvManagerEnv.step before reset")
         observations, _rewards, dones, infos = self.manager.step([action])
         return self._step(observations, _first(infos, "infos"), done=bool(_first(dones, "dones")))
+
+    def close(self) -> None:
+        """Close the current manager (verl-agent's ``EnvironmentManagerBase.close`` closes its environments), if it
+        has ``close``; the restorers call this when a continuation's episode ends."""
+        manager, self.manager = self.manager, None
+        close = getattr(manager, "close", None)
+        if close is not None:
+            close()
 
     def reseed(self, seed: int) -> None:
         """Reseed the manager's future randomness (``manager.reseed(seed)``) when it has such a method."""
