@@ -799,31 +799,29 @@ def rank_section(
     runs, starts_by_seed = rank_runs(results, regime, lr, seeds)
     if report.BASE not in runs:
         return [f"regime check (fixed lr): not run yet at the {label} lr {lr:g} (0 of {len(seeds)} seeds)"], ""
-    done = sorted(r.seed for r in runs[report.BASE][lr])
+
+    def by_seed(arm: str) -> list[LLMRun]:
+        return sorted(runs[arm][lr], key=lambda r: r.seed)
+
+    grpo, matched = by_seed(report.BASE), by_seed(report.MATCHED)
+    done = [r.seed for r in grpo]
     _, check = report.fixed_lr_check(runs, lr)
-    matched = sorted(runs[report.MATCHED][lr], key=lambda r: r.seed)
-    grpo = sorted(runs[report.BASE][lr], key=lambda r: r.seed)
     head = [f"{check[0]} [{label} lr {lr:g}]"]
     for name in arms:
         if name in (report.BASE, report.MATCHED) or name not in runs:
             continue
-        arm = sorted(runs[name][lr], key=lambda r: r.seed)
+        arm = by_seed(name)
         diff, over_grpo = report.paired_at(arm, matched, "tokens"), report.paired_at(arm, grpo, "tokens")
         head.append(f"verdict: {name} at lr {lr:g}: {report.rank_verdict(diff)} (minus budget-matched GRPO at equal "
                     f"policy tokens {report.format_pm(diff)}, {len(done)} paired seeds; minus GRPO at equal policy "
                     f"tokens {report.format_pm(over_grpo)})")  # fmt: skip
     control = report.paired_at(grpo, matched, "tokens")
-    head.append(
-        f"rule control: GRPO (G={grpo[0].group_size}) itself at lr {lr:g} under the same rule: "
-        f"{report.rank_verdict(control)} (minus budget-matched GRPO at equal policy tokens "
-        f"{report.format_pm(control)})"
-        + (
-            "; the rule favours any arm cheaper than budget-matched GRPO, so "
-            "read each verdict beside its arm minus GRPO"
-            if report.rank_verdict(control) == "pays"
-            else ""
-        )
-    )
+    verdict = report.rank_verdict(control)
+    caution = ("; the rule favours any arm cheaper than budget-matched GRPO, so read each verdict beside its arm "
+               "minus GRPO")  # fmt: skip
+    head.append(f"rule control: GRPO (G={grpo[0].group_size}) itself at lr {lr:g} under the same rule: {verdict} "
+                f"(minus budget-matched GRPO at equal policy tokens {report.format_pm(control)})"
+                f"{caution if verdict == 'pays' else ''}")  # fmt: skip
     status = f"{len(done)} of {len(seeds)} seeds finished"
     if len(done) < len(seeds):
         status += ": provisional, the design's seeds are not all in"
