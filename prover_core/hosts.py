@@ -33,7 +33,7 @@ from prover_core.errors import (
     RestoreError,
 )
 from prover_core.judges import default_judge
-from prover_core.protocols import ContinueFn, Judge, Policy, PolicyContext, RestorableEnv, Step
+from prover_core.protocols import Closable, ContinueFn, Judge, Policy, PolicyContext, RestorableEnv, Step
 from prover_core.report import GroupRecord, Report
 from prover_core.restore import Env, ReplayEnv
 from prover_core.trigger import is_eligible, representative, success_rate
@@ -41,6 +41,7 @@ from prover_core.trigger import is_eligible, representative, success_rate
 __all__ = [
     "Batcher",
     "BonusResult",
+    "Closable",
     "ContinuationError",
     "ContinuationLimitError",
     "ContinueFn",

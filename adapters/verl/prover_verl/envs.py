@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prover_core.hosts import RestoreError, Step
+from prover_core.hosts import Closable, RestoreError, Step
 
 
 def _first(value: Any, name: str) -> Any:
@@ -84,9 +84,8 @@ class EnvManagerEnv:
         """Close the current manager (verl-agent's ``EnvironmentManagerBase.close`` closes its environments), if it
         has ``close``; the restorers call this when a continuation's episode ends."""
         manager, self.manager = self.manager, None
-        close = getattr(manager, "close", None)
-        if close is not None:
-            close()
+        if isinstance(manager, Closable):
+            manager.close()
 
     def reseed(self, seed: int) -> None:
         """Reseed the manager's future randomness (``manager.reseed(seed)``) when it has such a method."""
