@@ -64,7 +64,7 @@ from prover_core.chance import LiftWindow, control_segment, is_control
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
 from prover_core.continuations import Continuer, counted, make_continuer, usage_error
-from prover_core.credit import segment_bonus, spread_to_tokens
+from prover_core.credit import segment_bonus, spread_to_tokens, turn_weights
 from prover_core.data import Decline, Proposal, Segment, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
@@ -424,8 +424,11 @@ async def acompute_bonus(
     mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus, config.episode_keys)
     policy_stats = getattr(policy, "report_stats", None)
     engine_stats = dict(await resolve(policy_stats())) if callable(policy_stats) else {}
+    weights = {t.id: turn_weights(t) for t in everyone}
     total = time.perf_counter() - started
     report = Report(
+        credit_mass=sum(float(np.abs(turn_bonus[tid]) @ w) for tid, w in weights.items()),
+        advantage_mass=sum(abs(advantages[tid]) * float(w.sum()) for tid, w in weights.items()),
         batch_warnings=mistakes,
         groups=[records[gid] for gid in groups],
         judge_calls=len(cases),

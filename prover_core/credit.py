@@ -17,7 +17,15 @@ from numpy.typing import ArrayLike, NDArray
 
 from prover_core.data import Segment, Trajectory
 
-__all__ = ["action_mask", "mask_runs", "segment_bonus", "spans_off_mask", "spread_to_tokens"]
+__all__ = [
+    "action_mask",
+    "credit_masses",
+    "mask_runs",
+    "segment_bonus",
+    "spans_off_mask",
+    "spread_to_tokens",
+    "turn_weights",
+]
 
 
 def segment_bonus(num_turns: int, segment: Segment, delta: float, lam: float = 1.0) -> NDArray[np.float64]:
@@ -50,6 +58,27 @@ def spread_to_tokens(trajectory: Trajectory, per_turn: NDArray[np.float64], leng
             )
         out[span[0] : span[1]] = value
     return out
+
+
+def turn_weights(trajectory: Trajectory) -> NDArray[np.float64]:
+    """The trainable tokens of each turn: its token span's length, or 1 for a turn without a span (turn-level
+    credit counts each turn once)."""
+    return np.array(
+        [1.0 if turn.token_span is None else float(turn.token_span[1] - turn.token_span[0]) for turn in trajectory.turns]
+    )
+
+
+def credit_masses(bonus: ArrayLike, base: ArrayLike, mask: ArrayLike) -> tuple[float, float]:
+    """``(sum |bonus|, sum |base|)`` over the trainable positions (``mask`` true): the two sums of the credit share
+
+        credit_share = sum_i |bonus_i| / sum_i |A_i|,   i over the batch's trainable tokens,
+
+    where ``A`` is the GRPO advantage the update would use without ProVer (the host's own, in a host). Arrays of
+    one shape (any), e.g. a host's ``(B, T)`` bonus, advantage and response mask."""
+    b, a, m = np.asarray(bonus, dtype=np.float64), np.asarray(base, dtype=np.float64), np.asarray(mask) != 0
+    if not b.shape == a.shape == m.shape:
+        raise ValueError(f"bonus, base and mask must have one shape; got {b.shape}, {a.shape}, {m.shape}")
+    return float(np.abs(b[m]).sum()), float(np.abs(a[m]).sum())
 
 
 def action_mask(trajectory: Trajectory, length: int) -> NDArray[np.bool_]:

@@ -143,6 +143,12 @@ class Report(BaseModel):
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
     turn_budget: int | None = None
     """The call's cap on verification's policy turns (``max_extra_share x rollout_turns``), ``None`` uncapped."""
+    credit_mass: float = 0.0
+    """``sum |bonus|`` over the batch's trainable tokens (:func:`~prover_core.credit.credit_masses`), the numerator of
+    ``credit_share``."""
+    advantage_mass: float = 0.0
+    """``sum |A_GRPO|`` over the same tokens: the base advantage's size, the denominator of ``credit_share``
+    (``compute_bonus``'s own GRPO; an adapter replaces both sums with its host's advantage, :meth:`with_masses`)."""
     lift: Lift | None = None
     """The judge against chance (``ProverConfig.control_share > 0``): the counts of a running window across steps
     (:meth:`windowed`), or this call's alone (:attr:`step_lift`); logged as ``judge_lift`` and its interval."""
@@ -163,6 +169,21 @@ class Report(BaseModel):
     def windowed(self, window: LiftWindow) -> Report:
         """This report with :attr:`step_lift` added to ``window`` and ``lift`` the window's total."""
         return self.model_copy(update={"lift": window.add(self.step_lift)})
+
+    def with_masses(self, credit_mass: float, advantage_mass: float) -> Report:
+        """This report with the credit share's two sums measured elsewhere (a host's advantage and bonus tensors)."""
+        return self.model_copy(update={"credit_mass": credit_mass, "advantage_mass": advantage_mass})
+
+    @property
+    def credit_share(self) -> float:
+        """``credit_mass / advantage_mass``: how large the credit is next to the advantage it is added to (0 when the
+        advantage is 0 everywhere, where the batch has no mixed group and so no credit either)."""
+        return self.credit_mass / self.advantage_mass if self.advantage_mass else 0.0
+
+    @property
+    def trigger_share(self) -> float:
+        """The share of the batch's groups inside the trigger band (either sign of credit; capped ones included)."""
+        return 1.0 - self.count("not_eligible") / len(self.groups) if self.groups else 0.0
 
     def count(self, *statuses: Status) -> int:
         return sum(g.status in statuses for g in self.groups)
@@ -198,6 +219,9 @@ class Report(BaseModel):
         Budget (``max_extra_share`` set): ``turn_budget`` (the cap in policy turns), ``groups_skipped_budget``
         (groups the budget left undecided: GRPO credit) and ``budget_wasted_turns`` (turns of continuations it
         stopped, in ``policy_turns``).
+        Size: ``credit_share`` = sum |bonus| / sum |A_GRPO| over the batch's trainable tokens, how large the credit
+        is next to the update's advantage (:attr:`credit_share`; the paper's settings in the LLM-shaped benchmark
+        gave 0.3% at its first step), and ``trigger_share``, the share of the batch's groups inside the trigger band.
         Return: ``credit_per_extra_turn`` = the credit the call added per policy turn verification spent,
         ``sum over accepted groups of lam * |Delta| * (segment turns) / policy_turns`` (0 when no turn was spent).
         With controls (``lift`` set): ``judge_lift``, ``judge_lift_low``/``_high`` (its 95% interval),
@@ -247,6 +271,8 @@ class Report(BaseModel):
                 sum(g.verification.delta for g in accepted if g.verification) / len(accepted) if accepted else 0.0
             ),
             "uncredited_turns": sum(len(g.uncredited_turns) for g in self.groups),
+            "credit_share": self.credit_share,
+            "trigger_share": self.trigger_share,
             "mean_segment_turns": (
                 sum(g.proposal.segment.num_turns for g in accepted if g.proposal) / len(accepted) if accepted else 0.0
             ),

@@ -101,6 +101,22 @@ class OracleJudge:
         return Proposal(segment=Segment(trajectory_id=success.id, start=t, end=t), rationale="the pivot (oracle)")
 
 
+class ContrastiveOracleJudge(OracleJudge):
+    """Both signs of credit on the decision (negative credit on, ``ProverConfig(negative_credit=True)``): on a
+    successful run the pivot, as :class:`OracleJudge`; on a failed run (the roles swapped) its first mistake, the
+    turn that made success impossible (``tasks.is_mistake``: leaving the goal room without its key, or swapping the
+    goal key away); declines a failed run without one (it ran out of turns)."""
+
+    def propose(self, success: Trajectory, failures: Sequence[Trajectory], rules: SegmentRules) -> Proposal | Decline:
+        if success.success:
+            return super().propose(success, failures, rules)
+        turns = [t for t, turn in enumerate(success.turns) if turn.info.get("mistake")]
+        if not turns or turns[0] > rules.last_end(success.num_turns):
+            return Decline(reason="no mistake turn in an admissible position")
+        t = turns[0]
+        return Proposal(segment=Segment(trajectory_id=success.id, start=t, end=t), rationale="the mistake (oracle)")
+
+
 class SameLengthRandomJudge:
     """A uniformly random admissible segment of the same length as ``reference``'s proposal (declines with it)."""
 

@@ -21,6 +21,11 @@ transitions or the tokens of the prefix and the actions (``benchmarks/llm_regime
 * ``marked``: ``[room index, held, item]`` with the word ``goal`` as the item of the goal key's room (the other
   key rooms show their colour), so the decision is read off one token.
 
+One variant changes the goal as well: ``last`` (``benchmarks/llm_ceiling.py``) shows the goal as ``marked`` does and
+makes the goal key the *last* key room's (the same rooms and colours as every other variant of the id; only the goal
+differs). A key taken earlier is replaced by the goal key, so the earlier key rooms are harmless distractors: taking
+the goal key is the one decision that matters, and there is no second decision (no keep, :func:`is_keep`).
+
 Only numpy: this module is imported without torch.
 """
 
@@ -44,8 +49,9 @@ MAX_ACTION_TOKENS = 4
 EXPERT_NOISE = 0.1
 """The noisy expert's chance of ``wait .`` in a hall or at the door."""
 TASK_STREAM = 0x7A5C
-VARIANTS = ("default", "local", "marked")
-"""How the observation shows the goal (module docstring); ``default`` is the LLM-shaped benchmark's."""
+VARIANTS = ("default", "local", "marked", "last")
+"""How the observation shows the goal, and for ``last`` where the goal key lies (module docstring); ``default`` is the
+LLM-shaped benchmark's."""
 
 WORDS = (
     "<pad>",
@@ -107,7 +113,8 @@ class State:
 @lru_cache(maxsize=4096)
 def make_task(task_id: int, variant: str = "default") -> Task:
     """The task with this id (deterministic: a pure function of ``task_id``; the variant changes only the
-    observation tokens, so every variant of an id has the same rooms, goal and limit)."""
+    observation tokens, so every variant of an id has the same rooms and limit, and every variant but ``last`` the
+    same goal)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown task variant {variant!r}; choose from {', '.join(VARIANTS)}")
     rng = np.random.default_rng([TASK_STREAM, task_id])
@@ -119,7 +126,9 @@ def make_task(task_id: int, variant: str = "default") -> Task:
     rooms[-1] = DOOR
     for p, c in zip(places, colours, strict=True):
         rooms[p] = c
-    goal = colours[int(rng.integers(KEY_ROOMS))]
+    goal = colours[int(rng.integers(KEY_ROOMS))]  # drawn for every variant, so the draws stay the same
+    if variant == "last":
+        goal = colours[-1]  # ``places`` are sorted: the last key room's colour
     return Task(task_id, goal, tuple(rooms), n + math.ceil(halls / 2) + 2, variant)
 
 
@@ -161,7 +170,7 @@ def observation_tokens(task: Task, state: State) -> list[int]:
     first = TOKEN[COLOURS[task.goal]] if task.variant == "local" else TOKEN[f"r{room}"]
     last = (
         TOKEN["goal"]
-        if task.variant == "marked" and item == task.goal
+        if task.variant in ("marked", "last") and item == task.goal
         else _colour_or(item, "hall" if item == HALL else "door")
     )
     return [first, _colour_or(held, "none"), last]

@@ -6,6 +6,7 @@ rollout's and every evaluation episode's seed; arms of one seed share all of the
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,17 @@ from prover_bench.llm.credit import continuation_turns, gigpo_turns, grpo_turns,
 from prover_bench.llm.engine import Engine, episodes, run, run_episode
 from prover_bench.llm.loss import Aggregation, policy_loss
 from prover_bench.llm.model import Tensor
-from prover_bench.llm.tasks import Record, make_task, restored, simulate
+from prover_bench.llm.tasks import (
+    Record,
+    action_tokens,
+    make_task,
+    observation_tokens,
+    play,
+    restored,
+    simulate,
+    solved,
+    start_record,
+)
 from prover_core.bonus import acompute_bonus
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Trajectory
@@ -34,7 +45,11 @@ class Arm:
     """One training method: its credit (``grpo``, ``gigpo`` or ``prover``), judge, sizes and optimizer.
 
     ProVer only: ``negative`` turns on the library's negative credit (``ProverConfig(negative_credit=True)``);
-    ``continuation_data`` trains on the verification's continuations too (:func:`train_run`).
+    ``continuation_data`` trains on the verification's continuations too (:func:`train_run`); ``trigger`` is the
+    band ``(trigger_low, trigger_high)`` and ``lam`` the lambda of ``ProverConfig``.
+    GRPO only: ``extra_members`` adds that many group members per step on average, spread over the step's tasks
+    (:func:`group_sizes`): the token-matched baseline, GRPO spending ProVer's extra samples as more rollouts.
+    ``diagnose``: train a GRPO copy on the arm's own batches beside it and probe both (:func:`decision_probs`).
     """
 
     name: str
@@ -47,6 +62,10 @@ class Arm:
     sampling: Literal["fixed", "adaptive"] = "fixed"
     negative: bool = False
     continuation_data: bool = False
+    trigger: tuple[float, float] = (0.0, 0.5)
+    lam: float = 1.0
+    extra_members: float = 0.0
+    diagnose: bool = False
 
 
 @dataclass
@@ -84,6 +103,10 @@ class StepLog:
     """Accepted positive credit summed over the credited turns (``lam * Delta`` per turn), and the part of it on
     turns that are neither the pivot nor a keep."""
     credit_elsewhere: float = 0.0
+    credit_share: float = 0.0
+    """``prover/credit_share`` of the step's report: sum |bonus| / sum |A_GRPO| over the trainable tokens."""
+    trigger_share: float = 0.0
+    """``prover/trigger_share``: the share of the step's groups inside the trigger band (either sign of credit)."""
 
 
 @dataclass
@@ -100,6 +123,9 @@ class LLMRun:
     policy_tokens: list[int]
     logs: list[StepLog] = field(default_factory=list)
     seconds: float = 0.0
+    probes: list[dict[str, float]] = field(default_factory=list)
+    """``Arm.diagnose``: at step 0 and each evaluation step, :func:`decision_probs` of the arm (``pivot``,
+    ``before``, ``after``) and of its same-batch GRPO copy (``grpo_pivot``, ...)."""
 
     def at(self, budget: float, by: str = "env") -> float:
         """Held-out success once ``budget`` env steps (``by="env"``) or policy tokens are spent (interpolated)."""
@@ -232,8 +258,11 @@ async def _prover_credit(
         continuations.append(((traj.id, turn), out))
         return Outcome(success=out.success, turns=out.turns)
 
-    config = ProverConfig(k=arm.k, sampling=arm.sampling, seed=seed, max_concurrency=256, negative_credit=arm.negative)
+    config = ProverConfig(k=arm.k, sampling=arm.sampling, seed=seed, max_concurrency=256, negative_credit=arm.negative,
+                          trigger_low=arm.trigger[0], trigger_high=arm.trigger[1], lam=arm.lam)  # fmt: skip
     result = await acompute_bonus(trajectories, judge=judge, config=config, continue_from=continue_from)
+    metrics = result.report.metrics(prefix="")
+    log.credit_share, log.trigger_share = metrics["credit_share"], metrics["trigger_share"]
     by_tid = {t.id: t for t in trajectories}
     for g, rec in enumerate(result.report.groups):
         if rec.verification is not None:
@@ -274,6 +303,95 @@ def _nomination(log: StepLog, success: Trajectory, start: int, end: int, rng: np
         log.two_keep += any(t.info["keep"] for t in seg)
 
 
+def group_sizes(group_size: int, tasks: int, extra: float, step: int) -> list[int]:
+    """Members per task at ``step`` (from 1): ``group_size`` each, plus ``floor(step x) - floor((step - 1) x)`` extra
+    members (``x = extra``) handed out one per task round-robin, continuing where the last step stopped; so after
+    ``n`` steps exactly ``floor(n x)`` extra members were sampled, ``x`` per step on average."""
+    if extra < 0 or group_size < 1 or tasks < 1:
+        raise ValueError("need extra >= 0, group_size >= 1 and tasks >= 1")
+    before, now = math.floor((step - 1) * extra), math.floor(step * extra)
+    sizes = [group_size] * tasks
+    for i in range(before, now):
+        sizes[i % tasks] += 1
+    return sizes
+
+
+DECISIONS = ("pivot", "before", "after")
+"""Where :func:`decision_probs` measures P(take): the goal key's room, the key rooms before it, the key rooms after
+it holding the goal key (where taking is the mistake: ``tasks.is_mistake``)."""
+
+
+def decision_probs(params: M.Params, variant: str, tasks: int = 64) -> dict[str, float]:
+    """Mean P(``take the key .``) over held-out tasks ``HELD_OUT..HELD_OUT + tasks - 1``, in each key room of the
+    optimal path (no slips), by :data:`DECISIONS`: the pivot state, key rooms before it, key rooms after it (NaN
+    where no task has one: the ``last`` variant has none after). The exact probability of the whole action's
+    tokens under ``params``, not a sample."""
+    import torch
+
+    take = action_tokens(("take", -1))
+    rows: list[list[int]] = []
+    kinds: list[str] = []
+    for j in range(tasks):
+        task = make_task(HELD_OUT + j, variant)
+        record = start_record(task)
+        while not record.final.done:
+            state = record.final
+            item = task.rooms[state.room]
+            if item >= 0:
+                context = record.tokens + observation_tokens(task, state)
+                rows.append(context + take)
+                kinds.append("pivot" if item == task.goal else "before" if state.room < task.goal_room else "after")
+            play(record, action_tokens(solved(task, state)), 0.99)
+    length = max(map(len, rows))
+    tokens = torch.zeros(len(rows), length, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row)
+    with torch.no_grad():
+        lp = token_logp(params, tokens)
+    logp = [float(lp[i, len(row) - len(take) : len(row)].sum()) for i, row in enumerate(rows)]
+    out = {}
+    for kind in DECISIONS:
+        ps = [math.exp(x) for x, k in zip(logp, kinds, strict=True) if k == kind]
+        out[kind] = float(np.mean(ps)) if ps else math.nan
+    return out
+
+
+def _update(params: M.Params, opt: Any, loss: Tensor) -> None:
+    """One optimizer step on ``loss``, the gradient's norm clipped at 1."""
+    import torch
+
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+    opt.step()
+
+
+def _optimizer(params: M.Params, name: str, lr: float) -> Any:
+    import torch
+
+    values = list(params.values())
+    return torch.optim.Adam(values, lr=lr) if name == "adam" else torch.optim.SGD(values, lr=lr)
+
+
+class _Shadow:
+    """``Arm.diagnose``: a GRPO copy of the run, started from the same weights and stepped with GRPO's advantages on
+    the arm's own rollouts (the same batches, no credit and no continuation rows), so that the arm minus its copy
+    isolates what the credit changed within one seed."""
+
+    def __init__(self, start: M.Params, arm: Arm, lr: float, variant: str) -> None:
+        self.params, self.arm, self.variant = M.clone(start), arm, variant
+        self.opt = _optimizer(self.params, arm.optimizer, lr)
+
+    def step(self, records: Sequence[Record], groups: Sequence[Sequence[Record]]) -> None:
+        tokens, mask = token_rows(records)
+        adv = turn_advantages_to_tokens(records, grpo_turns(groups), tokens.shape[1])
+        _update(self.params, self.opt, policy_loss(token_logp(self.params, tokens), adv, mask, self.arm.aggregation))
+
+    def probe(self, params: M.Params) -> dict[str, float]:
+        mine, copy = decision_probs(params, self.variant), decision_probs(self.params, self.variant)
+        return mine | {f"grpo_{k}": v for k, v in copy.items()}
+
+
 def train_run(
     arm: Arm, start: M.Params, seed: int, lr: float, steps: int, eval_at: Sequence[int], eval_tasks: int,
     eval_samples: int, start_success: float, tasks_per_step: int = TASKS_PER_STEP,
@@ -291,21 +409,23 @@ def train_run(
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     params = M.clone(start)
-    opt: Any = (
-        torch.optim.Adam(list(params.values()), lr=lr)
-        if arm.optimizer == "adam"
-        else torch.optim.SGD(list(params.values()), lr=lr)
-    )
+    opt = _optimizer(params, arm.optimizer, lr)
     engine = Engine(params, slots=1024)
     judge = arm.judge(seed) if arm.judge is not None else None
     out = LLMRun(arm.name, seed, lr, arm.group_size, [0], [start_success], [0], [0])
+    shadow = _Shadow(start, arm, lr, variant) if arm.diagnose else None
+    if shadow is not None:
+        out.probes.append(shadow.probe(params))
     env_steps = tokens_spent = 0
     for step in range(1, steps + 1):
         ts = time.perf_counter()
-        tasks = [make_task(t, variant) for t in step_tasks(seed, step, tasks_per_step) for _ in range(arm.group_size)]
+        sizes = group_sizes(arm.group_size, tasks_per_step, arm.extra_members, step)
+        ids = step_tasks(seed, step, tasks_per_step)
+        tasks = [make_task(t, variant) for t, n in zip(ids, sizes, strict=True) for _ in range(n)]
         seeds = [[seed, 1000 + step, i] for i in range(len(tasks))]
         records: list[Record] = run(episodes(engine, tasks, seeds))
-        groups = [records[g * arm.group_size : (g + 1) * arm.group_size] for g in range(tasks_per_step)]
+        bounds = np.cumsum([0, *sizes])
+        groups = [records[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         log = StepLog(sum(r.turns for r in records), 0, sum(r.action_tokens for r in records), 0,
                       float(np.mean([r.success for r in records])))  # fmt: skip
         tokens, mask = token_rows(records)
@@ -323,11 +443,9 @@ def train_run(
                 log.data_rows = len(continuations)
         else:
             raise ValueError(f"unknown credit {arm.credit!r} (ProVer needs a judge)")
-        loss = policy_loss(token_logp(params, tokens), adv, mask, arm.aggregation)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-        opt.step()
+        if shadow is not None:
+            shadow.step(records, groups)
+        _update(params, opt, policy_loss(token_logp(params, tokens), adv, mask, arm.aggregation))
         env_steps += log.rollout_turns + log.extra_turns
         tokens_spent += log.rollout_tokens + log.extra_tokens
         log.seconds = time.perf_counter() - ts
@@ -337,6 +455,8 @@ def train_run(
             out.success.append(evaluate(params, eval_tasks, eval_samples, seed, variant))
             if on_eval is not None:
                 on_eval(step, params)
+            if shadow is not None:
+                out.probes.append(shadow.probe(params))
             out.env_steps.append(env_steps)
             out.policy_tokens.append(tokens_spent)
     out.seconds = time.perf_counter() - t0
