@@ -80,6 +80,23 @@ tokens) and ``trigger_share`` by quarter of the run.
 start of 110 s; the GRPO copy adds a backward pass and 10 probes a run): a C1 seed about 5 minutes of one core, an
 R12 seed about 3; 48 + 48 seeds about 6.5 hours of one core, 3.5-4.5 hours with 2 workers: more than one session,
 hence the per-seed files, committed as they come.
+
+Note, 2026-12-06, after the calibration and before the first result file
+------------------------------------------------------------------------
+
+*What the calibration showed* (``--calibrate``, seeds 300-303): the start is 0.333 (0.305-0.363, inside [0.2, 0.4]:
+:data:`SKILL` stands). GRPO's step-20 held-out success is 0.536 ± 0.071 at lr 1e-4, 0.783 ± 0.066 at 3e-4 and
+0.895 ± 0.060 at 1e-3, so the registered rule picks 1e-3, the grid's *edge*; there GRPO is at 0.73 already at step 5
+(0.68-0.73 per seed) and 0.85-0.94 at step 20. At p = 0.73 a group of 4 holds exactly one success with probability
+0.06: from step 5 on the trigger band is nearly empty, which breaks the regime's own precondition (inside the band
+for most of the run), and a step-20 figure near saturation could not show a difference between arms.
+
+*What changes, once* (for every arm alike): the shared lr is **3e-4**, the grid's interior lr, where GRPO goes
+0.333 -> 0.48 at step 5 -> 0.78 at step 20 (0.74-0.82 per seed), still rising at the end. The library default at
+3e-4 on the same seeds spent 14.1% more policy tokens than its rollouts (at 1e-3: 8.5%), so token-matched GRPO adds
+**2.26** members per step (``--calibrate --lrs 0.0003`` prints both). Nothing else changes: arms, seeds, verdict and
+collapse rules as registered above. Where 1e-3 would have put the run is said beside the results: a regime where
+GRPO saturates within 5 steps is one where no credit can show.
 """
 
 from __future__ import annotations
@@ -112,10 +129,10 @@ C1 = lr_.Regime("C1", "last", "adam", skill=SKILL, bc_steps=1000, steps=20, eval
 R12 = lr_.REGIMES["R12"]
 CALIBRATION_SEEDS = (300, 301, 302, 303)
 CALIBRATION_LRS = (1e-4, 3e-4, 1e-3)
-SHARED_LR: float | None = None
-"""C1's shared lr, from ``--calibrate`` (None until it has run: the run refuses to start)."""
-MATCHED_EXTRA: float | None = None
-"""C1's token-matched extra members per step, ``16 e`` from ``--calibrate``."""
+SHARED_LR: float | None = 3e-4
+"""C1's shared lr, from ``--calibrate`` (the note of 2026-12-06; None would refuse to start)."""
+MATCHED_EXTRA: float | None = 2.26
+"""C1's token-matched extra members per step, ``16 e`` from ``--calibrate --lrs 0.0003``."""
 R12_LR = lr_.RANK_LR
 R12_MATCHED_EXTRA = 16 * 0.154
 """The ranking's default spent 15.4% more policy tokens than its rollouts (48 seeds at 3.33e-4)."""
@@ -325,13 +342,13 @@ def full_report(results: Path, seeds: Sequence[int], r12_seeds: Sequence[int], l
 # --- calibration and the run -----------------------------------------------------------------------------------------
 
 
-def calibrate(workers: int, cache: str | None, size: lr_.Size) -> str:
-    """Stage 0: GRPO at each calibration lr, then the default at the best; the lr and the token-matched share."""
+def calibrate(workers: int, cache: str | None, size: lr_.Size, lrs: Sequence[float] = CALIBRATION_LRS) -> str:
+    """Stage 0: GRPO at each of ``lrs``, then the default at the best; the lr and the token-matched share."""
     pool = lr_.Pool(workers)
     try:
         begun = lr_.starts(pool, C1, size, cache)
         runs: lr_.Runs = {}
-        lr_.train(pool, C1, [(GRPO, 4)], CALIBRATION_LRS, begun, size, runs)
+        lr_.train(pool, C1, [(GRPO, 4)], lrs, begun, size, runs)
         best = report.best_lr(lr_.complete(runs)[GRPO])
         calls = [(s, begun[s]) for s in sorted(begun)]
         default = [r for r in pool.map(_default_job, [(best, s, *b, size) for s, b in calls]) if r is not None]
@@ -373,13 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--smoke", action="store_true", help="a tiny run of the whole path into --results (a test)")
     parser.add_argument("--results", default=str(RESULTS), help="the per-seed JSON files' folder")
     parser.add_argument("--seeds", type=int, help="only the first N seeds of each part")
+    parser.add_argument("--lrs", help="--calibrate: comma-separated lrs instead of the design's grid")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--budget", type=float, help="seconds; stop there (what finished is kept)")
     parser.add_argument("--cache", default="/tmp/llm-regime-starts", help="BC starts by seed ('' = none)")
     args = parser.parse_args(argv)
     cache = lr_.private_dir(args.cache) if args.cache and not args.smoke else None
     if args.calibrate:
-        print(calibrate(args.workers, cache, dataclasses.replace(SIZE, seeds=CALIBRATION_SEEDS)))
+        lrs = [float(x) for x in args.lrs.split(",")] if args.lrs else CALIBRATION_LRS
+        print(calibrate(args.workers, cache, dataclasses.replace(SIZE, seeds=CALIBRATION_SEEDS), lrs))
         return 0
     seeds, r12_seeds = SEEDS[: args.seeds], R12_SEEDS[: args.seeds]
     results = Path(args.results)

@@ -20,7 +20,7 @@ from prover_core.batching import Batcher
 from prover_core.bonus import BonusResult, compute_bonus, group_batch
 from prover_core.chance import LiftWindow
 from prover_core.config import ProverConfig
-from prover_core.credit import mask_runs, spans_off_mask, spread_to_tokens
+from prover_core.credit import credit_masses, mask_runs, spans_off_mask, spread_to_tokens
 from prover_core.data import Trajectory, Turn
 from prover_core.errors import (
     ContinuationError,
@@ -66,6 +66,7 @@ __all__ = [
     "call_user",
     "check_finite",
     "compute_bonus",
+    "credit_masses",
     "default_judge",
     "finite_arguments",
     "group_batch",

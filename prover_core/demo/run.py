@@ -149,6 +149,8 @@ def render(run: DemoRun) -> str:
         f"judge calls: {m['judge/propose_calls']:.0f}",
         f"Rounds of policy calls: verification {m['verify_policy_rounds']:.0f}, the rollout "
         f"{m['rollout_policy_rounds']:.0f} (act_batch: one call per round)",
+        f"Credit share: {100 * m['credit_share']:.2f}% of the update (sum |bonus| / sum |GRPO A|, trainable tokens); "
+        f"trigger share {m['trigger_share']:.2f}",
         *render_skips(r.report),
     ]
     errors = []

@@ -177,6 +177,12 @@ def test_continuation_contexts_are_the_recorded_token_ids_exactly() -> None:
     assert metrics["prover/engine_calls"] == sum(got.values()) == 16 + evens
     assert metrics["prover/engine_failures"] == 0.0
     assert metrics["prover/groups_accepted"] == float(group.status == "accepted")
+    # the credit share against OpenRLHF's own advantage, over every row's action tokens, by hand
+    masks = by_index(credited, "action_mask")
+    base = sum(float((ref[i].abs() * masks[i]).sum()) for i in ref)
+    credited_tokens = span[1] - span[0] if group.status == "accepted" else 0
+    assert metrics["prover/credit_share"] == pytest.approx(LAM * delta * credited_tokens / base, rel=1e-6)
+    assert metrics["prover/trigger_share"] == 1.0
     # latency: both boundaries at once; post takes 1 action, a pre continuation that takes the key 2
     assert metrics["prover/verify_policy_rounds"] == (2 if evens else 1)
     for exp in credited:  # every row carries the step's figures (OpenRLHF logs the per-sample mean)

@@ -120,6 +120,7 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
     assert len(trainer.results) == 2 and len(trainer.loss_inputs) == 2  # one generation per step
     # curtailment's overlap schedule (the default): post and pre at once, then pre's second turn: 2 batches a step
     assert len(trainer.continuation_contexts) == 4
+    shares: list[float] = []
     for step, (result, inputs) in enumerate(zip(trainer.results, trainer.loss_inputs, strict=True)):
         # Verification with the trainer's own generation from the restored states: Delta = 2/2 - 0/2.
         (record,) = result.report.groups
@@ -158,6 +159,8 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
         stock = (stock - stock.mean()) / (stock.std() + 1e-4)
         rows = inputs["prover_row"].tolist()
         assert torch.allclose(advantages[:, 0], stock[rows])
+        # the credit share against TRL's own advantage (std-scaled, not the core's mean-centred one), by hand
+        shares.append(float(expected.abs().sum() / (stock[rows][:, None].abs() * trainable).sum()))
 
         # The continuations saw exactly the recorded agent context: prompt + completion before turn l / r + 1.
         prompt, completion = trainer.rollout_sequences[step][lucky_row]
@@ -171,6 +174,8 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
     assert [log["prover/groups_accepted"] for log in logged] == [1.0, 1.0]
     assert all(log["prover/bonus_tokens"] >= 1 and log["prover/continuation_tokens"] > 0 for log in logged)
     assert [log["prover/continuation_share"] for log in logged] == [2 * K / G] * 2  # 2K continuations / G episodes
+    assert [log["prover/credit_share"] for log in logged] == pytest.approx(shares, rel=1e-6)
+    assert all(0 < s < 1 for s in shares) and [log["prover/trigger_share"] for log in logged] == [1.0, 1.0]
     # latency: 2 rounds of policy calls (the pre boundary's 2 turns) against the rollout's 3, each one generate call
     for log in logged:
         assert (log["prover/verify_policy_rounds"], log["prover/rollout_policy_rounds"]) == (2, 3)

@@ -512,6 +512,9 @@ def test_prover_trainer_advantage_step_end_to_end(cluster: Any) -> None:
     expected = grpo.clone()
     expected[0, 4] += LAM * delta  # turn 1 of session 0: response token 4
     torch.testing.assert_close(adv, expected)
+    # the credit share against verl's own advantage: one token of LAM * delta over sum |A| on the response tokens
+    assert metrics["prover/credit_share"] == pytest.approx(LAM * delta / float(grpo.abs().sum()))
+    assert metrics["prover/trigger_share"] == 1.0
 
     # every continuation's context starts with the recorded tokens before its boundary, exactly
     record = outputs[0]

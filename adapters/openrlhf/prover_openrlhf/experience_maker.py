@@ -122,25 +122,30 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
                 self.prover_lift = LiftWindow(config.lift_window)
             report = report.windowed(self.prover_lift)
         groups = sorted([*report.groups, *plan.left_out], key=lambda g: int(g.group_id))
-        self.last_report = report.model_copy(update={"groups": groups})
         self.last_result = result
-        self.last_metrics = self._metrics(self.last_report, policy, time.perf_counter() - started)
-        if policy is not None:
-            policy.clear()
-            policy.tokens.clear()
 
+        # the credit share against OpenRLHF's own advantage, over every row's trainable tokens
+        advantage_mass = sum(float((exp.advantages.abs() * exp.action_mask).sum()) for exp in experiences)
+        credit_mass = 0.0
         for exp in experiences:
-            rows_n = len(exp.action_mask)
-            exp.info[BONUS_INFO_KEY] = torch.zeros(rows_n, dtype=torch.float32)
-            for key, value in self.last_metrics.items():
-                exp.info[key] = torch.full((rows_n,), value, dtype=torch.float32)
+            exp.info[BONUS_INFO_KEY] = torch.zeros(len(exp.action_mask), dtype=torch.float32)
         for row in rows:
             bonus = turn_bonus.get(row.trajectory_id)
             if bonus is None or not bonus.any():
                 continue
             assert result is not None
-            self._add_bonus(experiences[row.experience], row, result.token_bonus(row.trajectory_id, row.length))
+            credit_mass += self._add_bonus(
+                experiences[row.experience], row, result.token_bonus(row.trajectory_id, row.length)
+            )
             experiences[row.experience].info[BONUS_INFO_KEY][row.row] = float(bonus[abs(bonus).argmax()])
+        self.last_report = report.model_copy(update={"groups": groups}).with_masses(credit_mass, advantage_mass)
+        self.last_metrics = self._metrics(self.last_report, policy, time.perf_counter() - started)
+        if policy is not None:
+            policy.clear()
+            policy.tokens.clear()
+        for exp in experiences:
+            for key, value in self.last_metrics.items():
+                exp.info[key] = torch.full((len(exp.action_mask),), value, dtype=torch.float32)
         logger.info(f"ProVer step {self.prover_step - 1}: {self.last_report.summary()}")
         return list(experiences)
 
@@ -169,12 +174,14 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         return metrics
 
     @staticmethod
-    def _add_bonus(experience: Any, row: Row, token_bonus: Any) -> None:
-        """``advantages[row] += token_bonus * action_mask[row]``."""
+    def _add_bonus(experience: Any, row: Row, token_bonus: Any) -> float:
+        """``advantages[row] += token_bonus * action_mask[row]``; returns the sum of |what was added|."""
         adv = experience.advantages
         bonus = torch.as_tensor(token_bonus, dtype=adv.dtype, device=adv.device)
         mask = experience.action_mask[row.row].to(device=adv.device, dtype=adv.dtype)
-        adv[row.row] += bonus * mask
+        added = bonus * mask
+        adv[row.row] += added
+        return float(added.abs().sum())
 
 
 def record_tokens(

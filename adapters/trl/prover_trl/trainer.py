@@ -35,6 +35,7 @@ from accelerate.utils import gather_object
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 from prover_core.hosts import (
+    credit_masses,
     BonusResult,
     ContinueFn,
     GroupRecord,
@@ -389,7 +390,9 @@ class ProverGRPOTrainer(GRPOTrainer):
         gathered = self._gather_or_raise([(report, credit, self._take_continuation_tokens())], failure)
         accepted = {tid: bonus for _, part, _ in gathered for tid, bonus in part.items()}  # step 4
         bonus = self._bonus_tensor(mine, accepted, length).to(loss_mask.device) * loss_mask.float()
-        self._log_step(result, gathered, everyone, problems, bonus)
+        base = output["advantages"].detach().unsqueeze(1).expand(local, length)  # TRL's own, before the bonus
+        masses = credit_masses(bonus.cpu().numpy(), base.float().cpu().numpy(), loss_mask.cpu().numpy())
+        self._log_step(result, gathered, everyone, problems, bonus, torch.tensor(masses, device=bonus.device))
         self._prover_generated = self._prover_rewards = None  # drop this step's references
         return bonus
 
@@ -474,8 +477,10 @@ class ProverGRPOTrainer(GRPOTrainer):
         everyone: list[_Built],
         problems: dict[str, str],
         bonus: torch.Tensor,
+        masses: torch.Tensor,
     ) -> None:
-        """One report from every process's (the unrebuildable groups as skips), its metrics into TRL's log."""
+        """One report from every process's (the unrebuildable groups as skips), its metrics into TRL's log;
+        ``masses``: this process's ``(sum |bonus|, sum |A|)`` over its trainable tokens, summed over processes."""
         skips = [
             GroupRecord(
                 group_id=gid,
@@ -494,6 +499,8 @@ class ProverGRPOTrainer(GRPOTrainer):
                 "rollout_rounds": max(b.turns for b in everyone),
             }
         )
+        credit_mass, advantage_mass = self.accelerator.gather(masses.double()).reshape(-1, 2).sum(0).tolist()
+        merged = merged.with_masses(credit_mass, advantage_mass)
         config = self.prover.config
         if config.control_share > 0:  # the judge against chance, over a window of steps kept on the trainer
             if self.prover_lift is None:

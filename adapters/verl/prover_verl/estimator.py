@@ -19,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
+import dataclasses
+
 import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import AdvantageEstimator, compute_grpo_outcome_advantage, register_adv_est
 
-from prover_core.hosts import Trajectory, compute_bonus, group_batch
+from prover_core.hosts import Trajectory, compute_bonus, credit_masses, group_batch
 from prover_verl.errors import RowAlignmentError
 from prover_verl.hook import take_prover_step
 from prover_verl.names import ESTIMATOR_NAME
@@ -109,5 +111,6 @@ def compute_prover_advantage(
     grpo = grpo_baseline(token_level_rewards, response_mask, index, _norm_by_std(config), step.batch_keys, epsilon)
     extra = torch.as_tensor(bonus, dtype=grpo.dtype, device=grpo.device) * response_mask.to(grpo.dtype)
     advantages = grpo + extra
-    step.result = result
+    masses = credit_masses(extra.detach().cpu().numpy(), grpo.detach().cpu().numpy(), mask)
+    step.result = dataclasses.replace(result, report=result.report.with_masses(*masses))  # verl's own advantage
     return advantages, advantages
