@@ -111,9 +111,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import llm_regime as lr_
 import numpy as np
 
-import llm_regime as lr_
 from prover_bench.llm import report
 from prover_bench.llm.credit import ContrastiveOracleJudge, OracleJudge
 from prover_bench.llm.train import DECISIONS, Arm, LLMRun, StepLog
@@ -310,31 +310,33 @@ def section(results: Path, regime: lr_.Regime, lr: float, arms: Sequence[str], s
                 move = [r.probes[-1][kind] - r.probes[0][kind] for r in arm]
                 cells += ["n/a" if any(map(math.isnan, d)) else f"{_pm(mean_ci(d))} (moved {np.mean(move):+.3f})"]
             probes.append(cells)
-    lines += ["", f"Collapses (held-out success below half the start at an evaluation), against token-matched GRPO, and "
-              "the verdict's two figures over the seeds where neither run collapsed:", "",
-              markdown_table(["arm", "collapsed", "token-matched collapsed", "only arm / only matched",
-                              "McNemar p", "seeds kept", "minus token-matched at the end", "minus GRPO at equal tokens"],
-                             rows), "",
+    lines += ["", "Collapses (held-out success below half the start at an evaluation), against token-matched GRPO, "
+              "and the verdict's two figures over the seeds where neither run collapsed:", "",
+              markdown_table(["arm", "collapsed", "token-matched collapsed", "only arm / only matched", "McNemar p",
+                              "seeds kept", "minus token-matched at the end", "minus GRPO at equal tokens"], rows), "",
               "Credit mass: mean `prover/credit_share` (sum |bonus| / sum |A_GRPO| over the step's trainable tokens) "
               "by quarter of the run, and `prover/trigger_share`:", "",
               markdown_table(["arm", "steps 1-5", "6-10", "11-15", "16-20", "all", "trigger share",
                               "accepted / verified", "debited"], mass), ""]  # fmt: skip
     if probes:
-        lines += ["Why (within seed, not a verdict): P(take) at step 20, the arm minus its GRPO copy trained on the same "
-                  "batches (mean ± 95% CI; in brackets the arm's own move from its start), in the goal room (the "
+        lines += ["Why (within seed, not a verdict): P(take) at step 20, the arm minus its GRPO copy trained on the "
+                  "same batches (mean ± 95% CI; in brackets the arm's own move from its start), in the goal room (the "
                   "pivot), the key rooms before it, and after it holding the goal key (where take is the mistake):",
                   "", markdown_table(["arm", *DECISIONS], probes), ""]  # fmt: skip
     curves = [[name, *(f"{m:.3f}" for m in np.mean([r.success for r in runs[name]], axis=0)),
-               f"{np.mean([r.policy_tokens[-1] for r in runs[name]]):.0f}"] for name in arms if name in runs]  # fmt: skip
+               f"{np.mean([r.policy_tokens[-1] for r in runs[name]]):.0f}"]
+              for name in arms if name in runs]  # fmt: skip
+    start = np.mean(list(starts.values()))
     lines += ["Held-out success by evaluation step (mean over seeds) and policy tokens at the end:", "",
               markdown_table(["arm", *(f"step {s}" for s in grpo[0].eval_steps), "policy tokens"], curves), "",
-              f"Start (BC, held-out success): mean {np.mean(list(starts.values())):.3f} over {done} seeds."]  # fmt: skip
+              f"Start (BC, held-out success): mean {start:.3f} over {done} seeds."]  # fmt: skip
     return lines
 
 
 def full_report(results: Path, seeds: Sequence[int], r12_seeds: Sequence[int], lrs: tuple[float | None, float]) -> str:
     """C1's section, then R12's (``lrs``: theirs)."""
-    parts = ["C1: not calibrated yet (run --calibrate)"] if lrs[0] is None else section(results, C1, lrs[0], ARMS, seeds)
+    c1 = lrs[0]
+    parts = ["C1: not calibrated yet (run --calibrate)"] if c1 is None else section(results, C1, c1, ARMS, seeds)
     parts += ["", *section(results, R12, lrs[1], R12_ARMS, r12_seeds)]
     return "\n".join(parts).rstrip() + "\n"
 

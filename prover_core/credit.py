@@ -63,9 +63,8 @@ def spread_to_tokens(trajectory: Trajectory, per_turn: NDArray[np.float64], leng
 def turn_weights(trajectory: Trajectory) -> NDArray[np.float64]:
     """The trainable tokens of each turn: its token span's length, or 1 for a turn without a span (turn-level
     credit counts each turn once)."""
-    return np.array(
-        [1.0 if turn.token_span is None else float(turn.token_span[1] - turn.token_span[0]) for turn in trajectory.turns]
-    )
+    spans = [turn.token_span for turn in trajectory.turns]
+    return np.array([1.0 if span is None else float(span[1] - span[0]) for span in spans])
 
 
 def credit_masses(bonus: ArrayLike, base: ArrayLike, mask: ArrayLike) -> tuple[float, float]:

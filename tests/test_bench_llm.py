@@ -19,6 +19,7 @@ import pytest
 from prover_bench.llm import report
 from prover_bench.llm import tasks as T
 from prover_bench.llm.credit import (
+    ContrastiveOracleJudge,
     OracleJudge,
     SameLengthRandomJudge,
     continuation_turns,
@@ -753,3 +754,96 @@ def test_the_gpu_script_ranks_from_a_copy_of_the_repositorys_seed_files(tmp_path
     assert sorted(p.name for p in (tmp_path / "llm-rank").glob("*.json")) == committed
     assert done.stdout.startswith("regime check (fixed lr): ")
     assert (tmp_path / "llm-rank-report" / "rank-R12.md").read_text() == done.stdout
+
+
+# --- issue 51: the ceiling regime (benchmarks/llm_ceiling.py) -----------------------------------------------------
+
+
+def test_the_last_variant_puts_the_goal_key_in_the_last_key_room_and_leaves_no_keep() -> None:
+    """``last``: the rooms, colours and limit of every other variant of the id, the goal the last key room's colour,
+    the observation of ``marked``; taking the goal key alone decides (any earlier take is harmless), so no
+    decision of any play is a keep, and skipping the goal room is the one mistake."""
+    for i in range(60):
+        base, last = T.make_task(i), T.make_task(i, "last")
+        keys = [r for r, c in enumerate(base.rooms) if c >= 0]
+        assert (last.rooms, last.limit) == (base.rooms, base.limit)
+        assert last.goal == base.rooms[keys[-1]] and last.goal_room == keys[-1]
+        assert T.observation_tokens(last, T.State(room=keys[-1]))[2] == T.TOKEN["goal"]
+        assert T.observation_tokens(last, T.State(room=keys[0]))[2] == T.TOKEN[T.COLOURS[base.rooms[keys[0]]]]
+        for before in (TAKE, SKIP):
+            record = _play(last, {"goal": TAKE, "before": before, "after": SKIP})
+            assert record.success
+            assert not any(T.is_keep(last, s, a) for s, a in zip(record.states, record.actions, strict=True))
+        failed = _play(last, {"goal": SKIP, "before": TAKE, "after": SKIP})
+        assert not failed.success
+        mistakes = [t for t, (s, a) in enumerate(zip(failed.states, failed.actions, strict=True))
+                    if T.is_mistake(last, s, a)]  # fmt: skip
+        assert [failed.states[t].room for t in mistakes] == [keys[-1]]
+    # the goal differs from `default`'s for some ids (else the variant would change nothing)
+    assert any(T.make_task(i, "last").goal != T.make_task(i).goal for i in range(60))
+
+
+def test_group_sizes_spread_the_extra_members_by_hand() -> None:
+    """2.26 extra members a step over 4 tasks of G = 4: floor(2.26 n) in all after n steps, one per task in turn:
+    step 1: 2 (tasks 0, 1), step 2: 4 - 2 = 2 (tasks 2, 3), step 3: 6 - 4 = 2 (0, 1), step 4: 9 - 6 = 3 (2, 3, 0)."""
+    from prover_bench.llm.train import group_sizes
+
+    assert [group_sizes(4, 4, 2.26, n) for n in (1, 2, 3, 4)] == [[5, 5, 4, 4], [4, 4, 5, 5], [5, 5, 4, 4],
+                                                                 [5, 4, 5, 5]]  # fmt: skip
+    assert group_sizes(4, 4, 0.0, 7) == [4, 4, 4, 4] and group_sizes(6, 2, 0.5, 1) == [6, 6]
+    assert group_sizes(6, 2, 0.5, 2) == [7, 6]
+    for extra in (0.3, 1.0, 2.26, 7.9):
+        total = sum(sum(group_sizes(4, 4, extra, n)) - 16 for n in range(1, 41))
+        assert total == math.floor(40 * extra)
+    with pytest.raises(ValueError):
+        group_sizes(4, 4, -1.0, 1)
+
+
+def test_the_contrastive_oracle_nominates_the_pivot_on_a_success_and_the_first_mistake_on_a_failure() -> None:
+    rules = SegmentRules()
+    task = T.make_task(3, "marked")
+    won = trajectory(_play(task, {"goal": TAKE, "before": SKIP, "after": SKIP}), "w", "g")
+    pivot = next(t for t, turn in enumerate(won.turns) if turn.info["pivot"])
+    got = ContrastiveOracleJudge().propose(won, [], rules)
+    assert isinstance(got, Proposal) and (got.segment.start, got.segment.end) == (pivot, pivot)
+    # a failed run that skipped the goal key, then took another: the first mistake is the skip in the goal room
+    lost_record = _play(task, {"goal": SKIP, "before": SKIP, "after": TAKE})
+    lost = trajectory(lost_record, "l", "g")
+    first = next(t for t, turn in enumerate(lost.turns) if turn.info["mistake"])
+    assert lost_record.states[first].room == task.goal_room
+    got = ContrastiveOracleJudge().propose(lost, [won], rules)
+    assert isinstance(got, Proposal) and got.segment.start == got.segment.end == first
+    assert isinstance(OracleJudge().propose(lost, [won], rules), Decline)  # the plain oracle has no pivot there
+    # a failed run without a mistake (it waited until the turn limit) is declined
+    stuck = T.start_record(task)
+    while not stuck.final.done:
+        T.play(stuck, T.action_tokens(("wait", -1)), 0.5)
+    assert isinstance(ContrastiveOracleJudge().propose(trajectory(stuck, "s", "g"), [won], rules), Decline)
+
+
+def _ceiling() -> Any:
+    return load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "llm_ceiling.py", "llm_ceiling")
+
+
+@dataclass
+class _Run:
+    seed: int
+    success: list[float]
+
+
+def test_the_ceiling_rules_by_hand() -> None:
+    """The registered rules: a collapse is success below half the start at some evaluation after it (0.15 of a 0.3
+    start is not below half: no collapse); *pays* needs both lower bounds above 0, *loses* either upper bound below 0;
+    McNemar's exact p for 5 discordant pairs all one way is 2 / 2^5 = 0.0625, for 3 against 1 it is
+    2 (1 + 4) / 16 = 0.625."""
+    c = _ceiling()
+    assert not c.collapsed(_Run(0, [0.3, 0.15, 0.2])) and c.collapsed(_Run(0, [0.3, 0.6, 0.149]))
+    assert not c.collapsed(_Run(0, [0.3, 0.3])) and c.collapsed(_Run(0, [0.3, 0.0, 0.9]))
+    assert c.ceiling_verdict((0.05, 0.04), (0.03, 0.02)) == "pays"
+    assert c.ceiling_verdict((0.05, 0.04), (0.01, 0.02)) == "ties at this size"
+    assert c.ceiling_verdict((0.05, 0.04), (-0.03, 0.02)) == "loses"
+    assert c.ceiling_verdict((-0.05, 0.04), (0.03, 0.02)) == "loses"
+    assert c.ceiling_verdict((0.0, 0.04), (0.0, 0.02)) == "ties at this size"
+    assert c.mcnemar([True] * 5 + [False] * 3, [False] * 8) == (5, 0, pytest.approx(0.0625))
+    assert c.mcnemar([True, True, True, False, True], [False, False, False, True, True]) == (3, 1, pytest.approx(0.625))
+    assert c.mcnemar([False] * 4, [False] * 4) == (0, 0, 1.0)

@@ -80,9 +80,7 @@ def test_turn_weights_count_a_turn_without_span_once() -> None:
 def test_trigger_share_counts_the_groups_in_either_band() -> None:
     """Groups of 4 with 0, 1, 2, 3, 4 successes: the band (0, 0.5) holds 1 (1/5 = 0.2); with negative credit on its
     band (0.5, 1) holds 3 as well (2/5); a rejected or declined group is still inside the band."""
-    batch = [
-        make_trajectory(f"g{n}-{i}", f"g{n}", i < n, list("abcd")) for n in range(5) for i in range(4)
-    ]
+    batch = [make_trajectory(f"g{n}-{i}", f"g{n}", i < n, list("abcd")) for n in range(5) for i in range(4)]
 
     def share(**kw: object) -> float:
         r = compute_bonus(batch, judge=TurnJudge(1), continue_from=lambda t, turn, seed: False,

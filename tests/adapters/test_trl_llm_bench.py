@@ -259,3 +259,76 @@ def test_the_ranking_writes_each_seed_and_resumes_from_the_files(
     assert [(r["success"], r["policy_tokens"]) for r in redone["runs"]] == [
         (r["success"], r["policy_tokens"]) for r in before["runs"]
     ]
+
+
+# --- issue 51: the ceiling regime's torch parts (benchmarks/llm_ceiling.py) ----------------------------------------
+
+
+def test_decision_probs_are_the_exact_probability_of_the_take_action() -> None:
+    """P(take) in the goal room of held-out task 0, computed here token by token from the full forward pass (the
+    product of the 4 action tokens' softmax probabilities after the optimal path's context), against
+    ``decision_probs`` on that one task; ``last`` has no key room after the goal's (NaN), ``marked`` may."""
+    params = M.init_params(3)
+    task = T.make_task(TR.HELD_OUT, "marked")
+    record = T.start_record(task)
+    while record.final.room != task.goal_room:
+        T.play(record, T.action_tokens(T.solved(task, record.final)), 0.99)
+    context = record.tokens + T.observation_tokens(task, record.final)
+    take = T.action_tokens(("take", -1))
+    with torch.no_grad():
+        logits = M.forward(params, torch.tensor([context + take]))
+    probs = torch.softmax(logits[0].double(), dim=-1)
+    want = float(np.prod([float(probs[len(context) - 1 + j, tok]) for j, tok in enumerate(take)]))
+    got = TR.decision_probs(params, "marked", tasks=1)
+    assert got["pivot"] == pytest.approx(want, rel=1e-5)
+    assert 0 < got["before"] < 1 or np.isnan(got["before"])
+    assert np.isnan(TR.decision_probs(params, "last", tasks=8)["after"])
+    assert not np.isnan(TR.decision_probs(params, "marked", tasks=8)["after"])
+
+
+def test_the_same_batch_grpo_copy_of_a_grpo_arm_is_the_arm_itself(start: M.Params) -> None:
+    """``Arm.diagnose``: the copy trains with GRPO's advantages on the arm's own batches, so for a GRPO arm it is
+    the arm, exactly: every probe of the arm equals its copy's. The token-matched arm samples its extra members."""
+    import dataclasses
+
+    arm = TR.Arm("GRPO", group_size=4, optimizer="adam", diagnose=True)
+    run = TR.train_run(arm, start, 0, 1e-3, 2, [1, 2], 4, 1, 0.0, tasks_per_step=4)
+    assert len(run.probes) == 3
+    for probe in run.probes:
+        for kind in TR.DECISIONS:
+            assert probe[kind] == probe[f"grpo_{kind}"]
+    assert run.probes[0]["pivot"] != run.probes[-1]["pivot"]  # it trained
+    more = TR.train_run(dataclasses.replace(arm, diagnose=False, extra_members=1.5), start, 0, 1e-3, 2, [2], 4, 1,
+                        0.0, tasks_per_step=4)  # fmt: skip
+    assert more.probes == [] and [log.rollout_turns > 0 for log in more.logs] == [True, True]
+    assert more.policy_tokens[-1] > run.policy_tokens[-1]  # 1 + 2 extra members over the 2 steps
+
+
+def test_the_ceiling_run_writes_each_seed_logs_the_credit_share_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llm_ceiling.py --smoke``: each seed of C1 and of R12 trained and written, every arm's runs in its file, the
+    ProVer arms' steps logging ``credit_share`` and ``trigger_share`` and their probes; the report's verdict lines;
+    a second call trains nothing and prints the same report."""
+    from tests.conftest import load_script
+
+    script = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "llm_ceiling.py", "llm_ceiling")
+    results = tmp_path / "results"
+    argv = ["--smoke", "--seeds", "2", "--workers", "2", "--results", str(results)]
+    assert script.main(argv) == 0
+    first = capsys.readouterr()
+    assert sorted(p.name for p in results.iterdir()) == [
+        "C1-seed400.json", "C1-seed401.json", "R12-seed32.json", "R12-seed33.json"
+    ]  # fmt: skip
+    saved = json.loads((results / "C1-seed400.json").read_text())
+    assert [r["arm"] for r in saved["runs"]] == list(script.ARMS)
+    prover = [r for r in saved["runs"] if r["arm"] in script.PROVER_ARMS]
+    assert all(len(r["probes"]) == len(r["eval_steps"]) for r in prover)
+    for r in saved["runs"]:
+        for log in r["logs"]:
+            assert log.get("credit_share", 0.0) >= 0.0 and 0.0 <= log.get("trigger_share", 0.0) <= 1.0
+    verdicts = [x for x in first.out.splitlines() if x.startswith("verdict: ")]
+    assert [v.split(" in ")[0] for v in verdicts] == [f"verdict: {a}" for a in (*script.PROVER_ARMS, script.CONTRAST)]
+    assert script.main(argv) == 0
+    again = capsys.readouterr()
+    assert "0 seed jobs to do (4 already in" in again.err and again.out == first.out

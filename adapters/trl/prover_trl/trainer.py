@@ -35,7 +35,6 @@ from accelerate.utils import gather_object
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 from prover_core.hosts import (
-    credit_masses,
     BonusResult,
     ContinueFn,
     GroupRecord,
@@ -47,6 +46,7 @@ from prover_core.hosts import (
     RestorableEnv,
     Trajectory,
     compute_bonus,
+    credit_masses,
     default_judge,
     mask_runs,
     spread_to_tokens,

@@ -16,10 +16,9 @@ of the method come from the :class:`~prover_verl.hook.ProverStep`'s ``ProverConf
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, cast
-
-import dataclasses
 
 import numpy as np
 import torch

@@ -6,6 +6,7 @@ rollout's and every evaluation episode's seed; arms of one seed share all of the
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -425,7 +426,7 @@ def train_run(
         seeds = [[seed, 1000 + step, i] for i in range(len(tasks))]
         records: list[Record] = run(episodes(engine, tasks, seeds))
         bounds = np.cumsum([0, *sizes])
-        groups = [records[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        groups = [records[a:b] for a, b in itertools.pairwise(bounds)]
         log = StepLog(sum(r.turns for r in records), 0, sum(r.action_tokens for r in records), 0,
                       float(np.mean([r.success for r in records])))  # fmt: skip
         tokens, mask = token_rows(records)
