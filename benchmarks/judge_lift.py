@@ -69,7 +69,7 @@ def throttled(env_index: int, steps: int, groups: int, share: float) -> dict[str
             for step in range(steps):
                 case = tabular_case(env, groups, 8, step)
                 judge: Judge = BestTurn(case.decision or {}) if name == "oracle" else RandomJudge(step)
-                report = run_bonus_with(case.trajectories, judge, config, lift=window, **case.continuations).report
+                report = run_bonus_with(case.trajectories, judge, config, window, **case.continuations).report
                 spent += report.metrics(prefix="")["policy_turns"]
             turns.append(spent)
         out[name] = (turns[0], turns[1])

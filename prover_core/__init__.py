@@ -5,8 +5,8 @@ The four stages live in their own modules: :mod:`prover_core.trigger`, :mod:`pro
 :func:`compute_bonus` runs them over a batch.
 """
 
-from prover_core._moved import moved_name
 from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus, group_batch
+from prover_core.chance import LiftWindow
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, Trajectory, Turn, Verification
 from prover_core.errors import (
@@ -65,6 +65,7 @@ from prover_core.protocols import (
 )
 from prover_core.report import GroupRecord, Report
 from prover_core.restore import Env, LiveEpisode, ReplayEnv, SnapshotEnv
+from prover_core.run import ProverRun, merge_reports
 from prover_core.view import TrajectoryCredit, TurnCredit, credit_view, plot_credit, render_credit
 
 __version__ = "0.1.0"
@@ -106,6 +107,7 @@ __all__ = [
     "JudgeRefusedError",
     "JudgeTimeoutError",
     "JudgeUnsupportedError",
+    "LiftWindow",
     "LiveEpisode",
     "LocalExecutor",
     "MissingReseedError",
@@ -119,6 +121,7 @@ __all__ = [
     "ProtocolError",
     "ProverConfig",
     "ProverError",
+    "ProverRun",
     "RandomJudge",
     "RayExecutor",
     "ReplayEnv",
@@ -149,11 +152,7 @@ __all__ = [
     "group_advantages",
     "group_batch",
     "grpo_advantages",
+    "merge_reports",
     "plot_credit",
     "render_credit",
 ]
-
-
-def __getattr__(name: str) -> object:
-    """The engine's names and packages moved out (:mod:`prover_core._moved`): the error names their new home."""
-    raise moved_name(__name__, name)

@@ -45,22 +45,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from prover_core._aio import resolve, run_sync
+from prover_core.allocate import AFTER_PROPOSE, BEFORE_PROPOSE, Case, Context, allocate, draw_seed, turn_cap_of
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
-from prover_core.budget import TurnBudget, expected_cost, plan
-from prover_core.chance import LiftWindow, control_segment, is_control
+from prover_core.budget import TurnBudget
+from prover_core.chance import Lift, control_segment
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
 from prover_core.continuations import Continuer, counted, make_continuer, usage_error
@@ -82,12 +81,12 @@ from prover_core.protocols import (
     described,
     require,
 )
-from prover_core.report import Direction, GroupRecord, Report, Stage, Status
+from prover_core.report import Direction, GroupRecord, Report
 from prover_core.restore import SnapshotEnv
-from prover_core.trigger import longest_failure, representative, trigger
-from prover_core.verify import continuation_seeds, verify_segment_detailed
+from prover_core.trigger import trigger
+from prover_core.verify import verify_segment_detailed
 
-__all__ = ["BonusResult", "acompute_bonus", "compute_bonus", "group_batch"]
+__all__ = ["BonusResult", "Hooks", "acompute_bonus", "compute_bonus", "group_batch", "run_pipeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,48 +156,7 @@ def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]
     return tuple(t for t, span in spans if span is not None and span[0] == span[1])
 
 
-@dataclass(frozen=True)
-class _Case:
-    """One eligible group as the pipeline sees it: the run the judge examines and the runs it is compared with.
-
-    ``gain``: the shortest successful run against the failed runs; ``drop``: the longest failed run against the
-    successful runs (negative credit). ``others`` are the group's other runs with the examined run's outcome.
-    """
-
-    group_id: str
-    members: list[Trajectory]
-    direction: Direction
-    control: bool = False
-    """Verifies a random control segment of the judge's length (:mod:`prover_core.chance`)."""
-
-    @cached_property
-    def examined(self) -> Trajectory:
-        return representative(self.members) if self.direction == "gain" else longest_failure(self.members)
-
-    @cached_property
-    def against(self) -> list[Trajectory]:
-        return [t for t in self.members if t.success != self.examined.success]
-
-    @cached_property
-    def others(self) -> list[Trajectory]:
-        return [t for t in self.members if t.success == self.examined.success and t.id != self.examined.id]
-
-    def record(self, status: Status, stage: Stage, reason: str, **found: Any) -> GroupRecord:
-        return GroupRecord(
-            group_id=self.group_id,
-            size=len(self.members),
-            successes=sum(t.success for t in self.members),
-            trajectory_id=self.examined.id,
-            status=status,
-            stage=stage,
-            reason=reason,
-            direction=self.direction,
-            control=self.control,
-            **found,
-        )
-
-
-async def _propose_case(case: _Case, judge: Judge, config: ProverConfig, clock: StageClock) -> GroupRecord | Proposal:
+async def _propose_case(case: Case, judge: Judge, config: ProverConfig, clock: StageClock) -> GroupRecord | Proposal:
     """Stage 2 for one group: the judge's checked proposal, or the record of a decline or a failed judge."""
     try:
         with clock.stage("propose"):
@@ -228,47 +186,11 @@ async def _propose_case(case: _Case, judge: Judge, config: ProverConfig, clock: 
     return answer
 
 
-def _throttled(
-    cases: list[_Case], window: LiftWindow, config: ProverConfig, records: dict[str, GroupRecord]
-) -> list[_Case]:
-    """``config.lift_throttle``: while the window's lift interval does not lie above 0, the judge's own gain groups
-    are kept at the controls' rate (``control_share / (1 - control_share)``, a seeded draw), the others recorded as
-    ``unverified``; every case when the interval lies above 0 or the window has no control decided yet."""
-    total = window.total
-    low, high = total.interval()
-    if not total.control_verified or low > 0:
-        return cases
-    rate = min(1.0, config.control_share / (1.0 - config.control_share)) if config.control_share < 1 else 1.0
-    kept = []
-    for case in cases:
-        if (
-            case.direction == "gain"
-            and not case.control
-            and not is_control(case.group_id, rate, _run_seed(case.examined, config) + 1)
-        ):
-            records[case.group_id] = case.record(
-                "unverified",
-                "trigger",
-                f"lift_throttle: the judge's lift over the window, {total.lift:+.2f} [{low:+.2f}, {high:+.2f}], "
-                f"is not above chance, so its groups are verified at the controls' rate ({rate:.2f})",
-            )
-        else:
-            kept.append(case)
-    return kept
-
-
-def _run_seed(run: Trajectory, config: ProverConfig) -> int:
-    """A seed of ``config.seed``, the run's id and its content (:func:`~prover_core.verify.continuation_seeds`'
-    first): the control draws change with each step's new episodes even where the group ids repeat every step
-    (one id per task), so the same tasks are not the controls at every step."""
-    return int(continuation_seeds(config, run, 1)[0][0])
-
-
-def _control(case: _Case, nominated: Segment, config: ProverConfig) -> GroupRecord | Proposal:
+def _control(case: Case, nominated: Segment, config: ProverConfig) -> GroupRecord | Proposal:
     """A control group's proposal: a uniformly random admissible segment of the nominated segment's length
     (:func:`~prover_core.chance.control_segment`), or the record of a decline when none has that length."""
     judged = f"the judge nominated turns [{nominated.start}, {nominated.end}]"
-    rules, seed = config.segment_rules, _run_seed(case.examined, config)
+    rules, seed = config.segment_rules, draw_seed(case.examined, config, "control")
     segment = control_segment(case.examined, nominated.num_turns, rules, seed)
     if segment is None:
         reason = f"control: no admissible segment of {nominated.num_turns} turns to draw ({judged})"
@@ -278,7 +200,7 @@ def _control(case: _Case, nominated: Segment, config: ProverConfig) -> GroupReco
 
 
 async def _verify_case(
-    case: _Case,
+    case: Case,
     answer: Proposal,
     continuer: Continuer,
     config: ProverConfig,
@@ -337,7 +259,6 @@ async def acompute_bonus(
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
     progress: ProgressFn | None = None,
-    lift: LiftWindow | None = None,
 ) -> BonusResult:
     """The ``async`` form of :func:`compute_bonus`.
 
@@ -345,8 +266,38 @@ async def acompute_bonus(
     proposed segment is verified together (so that a batching policy serves the continuations of all groups
     in the same calls), then the accepted bonuses are credited.
     """
-    started = time.perf_counter()
     config = config or ProverConfig()
+    if isinstance(judge, PerStepJudge):  # one call is one training step: per-step budgets and stats start afresh
+        judge.new_step()
+    result = await run_pipeline(trajectories, judge, config, Hooks(env, policy, continue_from, executor), progress)
+    if config.control_share > 0:
+        result = replace(result, report=result.report.model_copy(update={"lift": result.report.step_lift}))
+    return result
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How continuations run: ``env`` and ``policy``, or ``continue_from``, or an ``executor``."""
+
+    env: RestorableEnv | None = None
+    policy: Policy | BatchPolicy | PolicyFn | None = None
+    continue_from: ContinueFn | None = None
+    executor: Continuer | None = None
+
+
+async def run_pipeline(
+    trajectories: Iterable[Trajectory | Mapping[str, Any]],
+    judge: Judge,
+    config: ProverConfig,
+    hooks: Hooks,
+    progress: ProgressFn | None = None,
+    prior: Lift | None = None,
+) -> BonusResult:
+    """Trigger, propose, verify and credit over one batch, with no state across calls: ``prior`` is the judge
+    against chance over earlier steps (a :class:`~prover_core.run.ProverRun`'s window), which ``lift_throttle``
+    reads; the report's ``lift`` is left for the caller."""
+    env, policy, continue_from, executor = hooks.env, hooks.policy, hooks.continue_from, hooks.executor
+    started = time.perf_counter()
     require(judge, "judge", Judge, "propose(success, failures, rules)")
     if progress is not None and (isinstance(progress, type) or not callable(progress)):
         raise ProtocolError(f"progress must be callable as progress(event); got {described(progress)}")
@@ -363,59 +314,52 @@ async def acompute_bonus(
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
             cache.clear()
-    if isinstance(judge, PerStepJudge):  # one call is one training step: per-step budgets and stats start afresh
-        judge.new_step()
     groups = group_batch(trajectories)
     advantages = grpo_advantages(groups, normalize_std=config.normalize_std, eps=config.std_eps)
     everyone = [t for members in groups.values() for t in members]
     turn_bonus = {t.id: np.zeros(t.num_turns) for t in everyone}
 
-    # 1. Trigger
+    # 1. Trigger: the groups inside the band
     eligible, records = trigger(groups, config)
-    cases = [_Case(gid, groups[gid], direction) for gid, direction in eligible]
-    cases = [
-        replace(case, control=is_control(case.group_id, config.control_share, _run_seed(case.examined, config)))
-        if case.direction == "gain" and config.control_share > 0
-        else case
-        for case in cases
-    ]
-    if config.lift_throttle and lift is not None and config.control_share > 0:
-        cases = _throttled(cases, lift, config, records)
     if logger.isEnabledFor(logging.DEBUG):
-        _log_trigger(groups, dict(eligible), records)
+        _log_trigger(groups, dict(eligible))
+    rollout_turns = sum(t.num_turns for t in everyone)
+    context = Context(config, prior, turn_cap_of(config, rollout_turns))
+    # Allocate: which of them the judge and the continuations are spent on (cap, controls, throttle)
+    cases, left = allocate([Case(gid, groups[gid], direction) for gid, direction in eligible], context, BEFORE_PROPOSE)
+    records.update({r.group_id: r for r in left})
     stages, gathered_at = StageClock(), time.perf_counter()
     tally = _Tally(len(cases), started, progress)
     continuer = counted(continuer, tally.continuation_ended)
 
-    async def judged(case: _Case) -> GroupRecord | Proposal:
+    async def judged(case: Case) -> Case | None:
         answer = await _propose_case(case, judge, config, stages)
         if isinstance(answer, GroupRecord):
             records[case.group_id] = answer
             tally.group_finished(answer)
-        return answer
+            return None
+        return replace(case, proposal=answer)
 
     # 2. Propose: every eligible group's judge at once
-    answers = await asyncio.gather(*(judged(case) for case in cases))
-    proposed = [(case, answer) for case, answer in zip(cases, answers, strict=True) if isinstance(answer, Proposal)]
-    limit, rounds = asyncio.Semaphore(config.max_concurrency), tally.clock
-    rollout_turns = sum(t.num_turns for t in everyone)
-    cap = None if config.max_extra_share is None else math.floor(config.max_extra_share * rollout_turns)
-    budget = None if cap is None else TurnBudget(cap)
-    if cap is not None and config.budget_plan != "off":
-        proposed, left = _planned(proposed, cap, config)
-        for record in left:
-            records[record.group_id] = record
-            tally.group_finished(record)
+    proposed = [c for c in await asyncio.gather(*(judged(case) for case in cases)) if c is not None]
+    # Allocate the turn cap among the proposals (budget_plan)
+    proposed, left = allocate(proposed, context, AFTER_PROPOSE)
+    for record in left:
+        records[record.group_id] = record
+        tally.group_finished(record)
+    limit, rounds = asyncio.Semaphore(config.concurrency_for(len(proposed))), tally.clock
+    budget = None if context.turn_cap is None else TurnBudget(context.turn_cap)
 
-    async def verified(case: _Case, answer: Proposal) -> None:
-        record, credit = await _verify_case(case, answer, continuer, config, limit, (stages, rounds), budget)
+    async def verified(case: Case) -> None:
+        assert case.proposal is not None
+        record, credit = await _verify_case(case, case.proposal, continuer, config, limit, (stages, rounds), budget)
         records[case.group_id] = record
         if credit is not None:  # 4. Credit
             turn_bonus[credit[0]] = credit[1]
         tally.group_finished(record)
 
     # 3. Verify: every proposed segment together, so that each round of policy calls serves them all
-    await asyncio.gather(*(verified(case, answer) for case, answer in proposed))
+    await asyncio.gather(*(verified(case) for case in proposed))
     concurrent = time.perf_counter() - gathered_at
 
     examined = [records[case.group_id] for case in cases]
@@ -433,22 +377,18 @@ async def acompute_bonus(
         groups=[records[gid] for gid in groups],
         judge_calls=len(cases),
         rollout_turns=rollout_turns,
-        turn_budget=cap,
+        turn_budget=context.turn_cap,
         rollout_episodes=len(everyone),
         rollout_rounds=max(t.num_turns for t in everyone),
         judge_stats=dict(judge.stats()) if isinstance(judge, ReportingJudge) else {},
         timings={
             "propose": stages.wall("propose"),
             "verify": stages.wall("verify"),
-            "credit": total - concurrent,
+            "outside": total - concurrent,
             "total": total,
         },
         engine_stats=engine_stats,
     )
-    if lift is not None:
-        report = report.windowed(lift)
-    elif config.control_share > 0:
-        report = report.model_copy(update={"lift": report.step_lift})
     if logger.isEnabledFor(logging.INFO):
         logger.info(_summary(report, total))
     return BonusResult(
@@ -456,47 +396,13 @@ async def acompute_bonus(
     )
 
 
-def _planned(
-    proposed: list[tuple[_Case, Proposal]], cap: int, config: ProverConfig
-) -> tuple[list[tuple[_Case, Proposal]], list[GroupRecord]]:
-    """The proposed groups ``config.budget_plan`` verifies under ``cap`` turns, and the records of the others."""
-    costs, scores = [], []
-    for i, (case, answer) in enumerate(proposed):
-        seg = answer.segment
-        cost = expected_cost([t.num_turns for t in case.members], seg.start, seg.end, config.k)
-        rate = sum(t.success for t in case.members) / len(case.members)
-        costs.append(cost)
-        if config.budget_plan == "planner":
-            scores.append(seg.num_turns * (1 - rate if case.direction == "gain" else rate) / cost)
-        elif config.budget_plan == "random":
-            scores.append(float(_run_seed(case.examined, config)))
-        else:
-            scores.append(-float(i))
-    keep = plan(costs, scores, cap)
-    left = [
-        case.record(
-            "unverified",
-            "verify",
-            f"budget plan ({config.budget_plan}): expected cost {cost:.0f} turns does not fit the cap of {cap} "
-            f"(max_extra_share={config.max_extra_share}) beside the groups ranked before it",
-            proposal=answer,
-        )
-        for (case, answer), cost, kept in zip(proposed, costs, keep, strict=True)
-        if not kept
-    ]
-    return [p for p, kept in zip(proposed, keep, strict=True) if kept], left
-
-
-def _log_trigger(
-    groups: Mapping[str, Sequence[Trajectory]], eligible: Mapping[str, Direction], records: Mapping[str, GroupRecord]
-) -> None:
+def _log_trigger(groups: Mapping[str, Sequence[Trajectory]], eligible: Mapping[str, Direction]) -> None:
     """One DEBUG line per group, in batch order: its success rate and whether it is eligible."""
     for gid, members in groups.items():
-        record = records.get(gid)
-        direction = eligible.get(gid, record.direction if record is not None else "gain")
+        direction = eligible.get(gid)
         verdict = (
             "not eligible"
-            if record is not None and record.status == "not_eligible"
+            if direction is None
             else "eligible" + (" for negative credit" if direction == "drop" else "")
         )
         logger.debug("group %s: success rate %d/%d, %s", gid, sum(t.success for t in members), len(members), verdict)
@@ -618,9 +524,9 @@ def compute_bonus(
     config: ProverConfig | None = None,
     executor: Continuer | None = None,
     progress: ProgressFn | None = None,
-    lift: LiftWindow | None = None,
 ) -> BonusResult:
-    """Propose, Verify, Credit over a batch of grouped trajectories.
+    """Propose, Verify, Credit over one batch of grouped trajectories (a training run calls
+    :class:`~prover_core.run.ProverRun`'s ``step`` instead, which keeps what lives across steps).
 
     Give ``env`` (a :class:`RestorableEnv`) and ``policy`` (the current :class:`BatchPolicy`, served one
     ``act_batch`` call per round; a :class:`Policy`; or a plain function ``act(context) -> action``), or the
@@ -630,9 +536,7 @@ def compute_bonus(
     (:class:`~prover_core.errors.EventLoopError`: use ``await acompute_bonus(...)`` there).
     ``progress(event)`` is called with a :class:`~prover_core.progress.Progress` as verification's rounds of policy
     calls move on, as each continuation ends and as each eligible group finishes (``event.kind``).
-    ``lift``: a :class:`~prover_core.chance.LiftWindow` kept across calls (one per training run): this call's judge
-    and control counts are added to it and ``Report.lift`` is its total (without it, with
-    ``config.control_share > 0``, ``Report.lift`` is this call's alone).
+    With ``config.control_share > 0``, ``Report.lift`` is this call's judge against chance alone.
     Raises :class:`InvalidBatchError` (or pydantic's ``ValidationError``) on a malformed batch and
     :class:`~prover_core.errors.ProtocolError` on objects that miss their protocol.
     """
@@ -646,6 +550,5 @@ def compute_bonus(
             config=config,
             executor=executor,
             progress=progress,
-            lift=lift,
         )
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -42,18 +41,20 @@ class ProverConfig(BaseModel):
     ``0`` (default): no controls. Which groups are controls is a hash of ``seed``, the group id and its examined
     run's content, so each step draws afresh even where group ids repeat from step to step."""
     lift_throttle: bool = False
-    """*library* (off): with ``control_share`` and a lift window (``compute_bonus(..., lift=...)``, each adapter's),
-    while the window's lift interval holds 0 or lies below it (the judge not shown better than chance), the judge's
-    own groups are verified only at the controls' rate (a seeded ``control_share / (1 - control_share)`` of them),
-    the rest ``unverified``; once the interval lies above 0 every group is verified again."""
+    """*library* (off): with ``control_share``, in a :class:`~prover_core.run.ProverRun` (each adapter's), which
+    keeps the lift window across steps: while the window's lift interval holds 0 or lies below it (the judge not
+    shown better than chance), the judge's own groups are verified only at the controls' rate (a seeded
+    ``control_share / (1 - control_share)`` of them), the rest ``unverified``; once the interval lies above 0 every
+    group is verified again."""
     lift_window: int = Field(default=50, ge=1)
-    """*library*: training steps over which ``prover/judge_lift`` is pooled (the ``LiftWindow`` a host adapter
-    keeps, or the one passed as ``compute_bonus(..., lift=...)``)."""
+    """*library*: training steps over which ``prover/judge_lift`` is pooled (the ``LiftWindow`` of a
+    :class:`~prover_core.run.ProverRun`)."""
 
-    max_extra_share: float | None = Field(default=None, ge=0.0)
+    max_extra_share: float | None = Field(default=None, ge=0.0, le=1.0)
     """*library*: a hard cap on verification's extra policy turns per call, as a share of the rollout's policy
     turns (every turn of every trajectory of the batch, ``Report.rollout_turns``): at most
-    ``floor(max_extra_share x rollout_turns)`` turns are spent (:mod:`prover_core.budget`). A group whose
+    ``floor(max_extra_share x rollout_turns)`` turns are spent (:mod:`prover_core.budget`); at most 1 (a value
+    above it is refused as a likely percent: ``0.1`` is 10%). A group whose
     continuations the cap stopped is decided only where the outcomes in settle it, else skipped (reason
     ``budget``; GRPO credit). ``None`` (default): uncapped. ``max_verified_groups`` still applies first."""
 
@@ -134,10 +135,12 @@ class ProverConfig(BaseModel):
     """*library*: a continuation still running after this many turns is counted as failed to finish."""
     min_finished: int | None = Field(default=None, ge=1)
     """*library*: finished continuations needed at each boundary (default: all K)."""
-    max_concurrency: int = Field(default=256, ge=1)
-    """*library*: continuations in flight at once. With a batching policy (TRL's ``TrainerPolicy``, a serving
-    engine) this bounds the batch of one policy call; continuations beyond it wait for a slot and add rounds of
-    latency. Verification launches at most ``2 k`` per eligible group."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """*library*: continuations in flight at once. ``None`` (default): every continuation of the call at once, so a
+    batching policy serves each round of all of them in one call and verification takes one round of policy calls
+    at any batch size (``benchmarks/verify_rounds.py``). A number bounds the batch of one policy call (a server that
+    needs it): continuations beyond it wait for a slot, and each wave adds about the longest continuation's turns
+    in rounds of latency. Verification launches at most ``2 k`` per group (``2 adaptive_max_k``, adaptive)."""
 
     # Credit.
     lam: float = Field(default=1.0, ge=0.0)
@@ -178,6 +181,25 @@ class ProverConfig(BaseModel):
             raise ValueError("negative_trigger_low must be below negative_trigger_high")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _share_not_percent(cls, data: object) -> object:
+        share = data.get("max_extra_share") if isinstance(data, dict) else None
+        if isinstance(share, int | float) and not isinstance(share, bool) and share > 1:
+            raise ValueError(
+                f"max_extra_share={share} is a share of the rollout's policy turns (0.2 = 20%): above 1 it would let "
+                f"verification spend more turns than the rollout itself, so it is refused as a likely percent; write "
+                f"{share / 100:g} for {share:g}%, or None for no cap"
+            )
+        return data
+
+    def concurrency_for(self, groups: int) -> int:
+        """Continuations in flight at once for ``groups`` verifications: ``max_concurrency``, or (``None``) every
+        continuation they can launch, ``2 x max(k, max_adaptive_k)`` each."""
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        return max(1, 2 * max(self.k, self.max_adaptive_k) * groups)
+
     @property
     def segment_rules(self) -> SegmentRules:
         return SegmentRules(max_turns=self.max_segment_turns, nonterminal_end=self.nonterminal_end)
@@ -199,11 +221,3 @@ class ProverConfig(BaseModel):
     def effective_negative_lam(self) -> float:
         """The lambda negative credit uses: ``negative_lam``, or ``lam`` when it is unset."""
         return self.lam if self.negative_lam is None else self.negative_lam
-
-    @property
-    def debit_lam(self) -> float:
-        """Former name of :attr:`effective_negative_lam` (negative credit has one name); deprecated: read that."""
-        warnings.warn(
-            "ProverConfig.debit_lam is deprecated: read ProverConfig.effective_negative_lam", DeprecationWarning, 2
-        )
-        return self.effective_negative_lam

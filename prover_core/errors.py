@@ -136,6 +136,10 @@ class ReplayMismatchError(RestoreError):
             f"replay of trajectory {trajectory_id!r} diverged at turn {turn}: "
             f"expected observation {_short(expected)} ({_type(expected)}), got {_short(got)} ({_type(got)})"
             + (f"; {detail}" if detail else "")
+            + ". Remedies: an environment whose reset(spec) and step(action) replay exactly (seed it from the "
+            "trajectory's reset spec); ReplayEnv(make_env, observation_equal=...) when observations differ only in "
+            "what does not matter (timestamps, float noise); SnapshotEnv(make_env, copy_env=...) to replay each "
+            "boundary once and copy the live state from then on"
         )
 
 

@@ -15,7 +15,6 @@ import importlib.util
 
 from prover_core._aio import call_user, resolve
 from prover_core._finite import check_finite, finite_arguments
-from prover_core._moved import moved_name
 from prover_core.batching import Batcher
 from prover_core.bonus import BonusResult, compute_bonus, group_batch
 from prover_core.chance import LiftWindow
@@ -36,6 +35,7 @@ from prover_core.judges import default_judge
 from prover_core.protocols import Closable, ContinueFn, Judge, Policy, PolicyContext, RestorableEnv, Step
 from prover_core.report import GroupRecord, Report
 from prover_core.restore import Env, ReplayEnv
+from prover_core.run import ProverRun
 from prover_core.trigger import is_eligible, representative, success_rate
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "PolicyContext",
     "ProverConfig",
     "ProverError",
+    "ProverRun",
     "ReplayEnv",
     "ReplayMismatchError",
     "Report",
@@ -86,7 +87,3 @@ def require_hosts(*modules: str, adapter: str, hint: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise HostImportError(f"{adapter} needs {', '.join(missing)}, which is not installed. {hint}")
-
-
-def __getattr__(name: str) -> object:
-    raise moved_name(__name__, name)  # the engine's names: prover_engine (pip install prover-engine)

@@ -12,8 +12,7 @@ Stage times (``Report.timings``, logged as ``prover/time/<name>``): groups are j
 concurrently, so a stage's time is the wall time during which at least one group was in it (the length
 of the union of its intervals, :func:`union_length`), not a sum over groups. ``propose`` and ``verify``
 can therefore overlap, and with ``outside`` (everything outside them: validation, trigger, GRPO and the
-bonus; ``Report.timings["credit"]``, formerly logged as ``time/credit``) sum to more than ``total``, the wall time
-of the whole call.
+bonus) sum to more than ``total``, the wall time of the whole call.
 """
 
 from __future__ import annotations

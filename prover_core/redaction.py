@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -30,18 +31,31 @@ MIN_HEADER_SECRET = 8
 """Header values shorter than this are not treated as secrets (a flag such as ``"1"`` would mask every digit 1)."""
 
 
+def variable_name(variable: str) -> str:
+    """``variable`` as a message may show it: itself when it reads as a conventional environment variable name
+    (``[A-Z_][A-Z0-9_]*``, at most 64 characters), else masked with its length. A key passed where its variable's
+    name belongs (``api_key_env="sk-..."``) must not reach a message or a log."""
+    if re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", variable):
+        return repr(variable)
+    return f"{MASK} (a value of {len(variable)} characters, not shown: is it the key itself rather than its name?)"
+
+
 def read_key(variable: str, role: str) -> SecretStr:
     """The key held by the environment variable ``variable`` (``role`` says whose key, for messages).
 
     Surrounding whitespace is stripped; a variable that is unset or blank raises :class:`ValueError`, a key with
-    a non-printable or non-ASCII character :class:`~prover_core.errors.CredentialError`; neither shows the value.
+    a non-printable or non-ASCII character :class:`~prover_core.errors.CredentialError`; neither shows the value,
+    and the variable's name is shown only when it reads as one (:func:`variable_name`).
     """
     value = (os.environ.get(variable) or "").strip()
     if not value:
-        raise ValueError(f"the environment variable {variable!r} ({role}) is not set")
+        raise ValueError(
+            f"the environment variable {variable_name(variable)} ({role}) is not set; api_key_env takes the name of "
+            "the variable that holds the key, never the key"
+        )
     if not (value.isascii() and value.isprintable()):
         raise CredentialError(
-            f"the environment variable {variable!r} ({role}) holds a non-printable or non-ASCII character inside "
+            f"the environment variable {variable_name(variable)} ({role}) holds a non-printable or non-ASCII character inside "
             "the key, which cannot be sent in an HTTP header (the value is not shown)"
         )
     return SecretStr(value)
@@ -103,4 +117,5 @@ __all__ = [
     "header_secrets",
     "read_key",
     "refuse_url_credentials",
+    "variable_name",
 ]

@@ -16,7 +16,6 @@ __all__ = [
     "FAILURE_KINDS",
     "FailureKind",
     "GroupRecord",
-    "RENAMED_TIMINGS",
     "Report",
     "Stage",
     "Status",
@@ -33,9 +32,6 @@ FailureKind = Literal["turn_limit", "timeout", "worker_lost", "restore", "invali
 TIMED_STAGES = ("propose", "verify", "outside", "total")
 """The wall times the report logs (``prover/time/<name>``): the ``propose`` and ``verify`` stages, the time
 ``outside`` them (validation, the trigger, GRPO and the bonus), and the ``total``."""
-RENAMED_TIMINGS = {"credit": "outside"}
-"""Former timing names -> current ones. ``Report.timings`` may hold a former name; :meth:`Report.metrics` logs
-the current name, and the former one beside it as an alias for one release (``time/credit``)."""
 FAILURE_KINDS: tuple[FailureKind, ...] = (
     "turn_limit",
     "timeout",
@@ -136,8 +132,8 @@ class Report(BaseModel):
     batch_warnings: list[BatchWarning] = Field(default_factory=list)
     """Batch shapes and token spans that cannot be meant (:mod:`prover_core.batch_checks`), each logged once."""
     timings: dict[str, float] = Field(default_factory=dict)
-    """Wall seconds of the call: ``propose``, ``verify``, ``credit`` (everything outside those two stages, logged as
-    ``time/outside``) and ``total`` (see :mod:`prover_core.progress`); logged as ``time/<name>`` (0 where nothing
+    """Wall seconds of the call: ``propose``, ``verify``, ``outside`` (everything outside those two stages) and
+    ``total`` (see :mod:`prover_core.progress`); logged as ``time/<name>`` (0 where nothing
     was measured)."""
     engine_stats: dict[str, float] = Field(default_factory=dict)
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
@@ -214,11 +210,11 @@ class Report(BaseModel):
         was asked about, any judge) and whatever the judge
         reports itself (``judge/<name>``, e.g. the LLM judge's ``judge/calls``, its HTTP requests).
         ``time/propose``, ``time/verify``, ``time/outside`` (the rest of the call: validation, trigger, GRPO and
-        the bonus) and ``time/total``: wall seconds; ``time/credit``, the former name of ``time/outside``, is
-        logged beside it for one release.
+        the bonus) and ``time/total``: wall seconds.
         Budget (``max_extra_share`` set): ``turn_budget`` (the cap in policy turns), ``groups_skipped_budget``
-        (groups the budget left undecided: GRPO credit) and ``budget_wasted_turns`` (turns of continuations it
-        stopped, in ``policy_turns``).
+        (groups the budget left undecided: GRPO credit) and ``budget_wasted_turns`` (every turn spent on a group the
+        cap cut short and left undecided, plus the stopped continuations' turns of the groups it cut and that were
+        decided all the same; in ``policy_turns``).
         Size: ``credit_share`` = sum |bonus| / sum |A_GRPO| over the batch's trainable tokens, how large the credit
         is next to the update's advantage (:attr:`credit_share`; the paper's settings in the LLM-shaped benchmark
         gave 0.3% at its first step), and ``trigger_share``, the share of the batch's groups inside the trigger band.
@@ -283,7 +279,7 @@ class Report(BaseModel):
                 g.status == "skipped" and g.verify_stats is not None and g.verify_stats.failures.get("budget", 0) > 0
                 for g in self.groups
             )
-            out["budget_wasted_turns"] = sum(s.budget_turns for s in stats)
+            out["budget_wasted_turns"] = sum(_wasted_by_budget(g) for g in self.groups)
         out["credit_per_extra_turn"] = sum(g.credit for g in self.groups) / policy_turns if policy_turns else 0.0
         if self.lift is not None:
             out.update(self.lift.metrics(prefix=""))
@@ -307,14 +303,21 @@ class Report(BaseModel):
         out.update({f"judge/{k}": float(v) for k, v in self.judge_stats.items()})
         out.update({k: float(v) for k, v in self.engine_stats.items()})
         out["judge/propose_calls"] = self.judge_calls
-        times = {RENAMED_TIMINGS.get(name, name): seconds for name, seconds in self.timings.items()}
-        out.update({f"time/{name}": times.get(name, 0.0) for name in TIMED_STAGES})
-        out.update({f"time/{old}": out[f"time/{new}"] for old, new in RENAMED_TIMINGS.items()})  # for one release
+        out.update({f"time/{name}": self.timings.get(name, 0.0) for name in TIMED_STAGES})
         return {prefix + k: float(v) for k, v in out.items()}
 
     def summary(self) -> Mapping[str, int]:
         """How many groups ended in each status."""
         return {s: self.count(s) for s in ("not_eligible", "unverified", "declined", "skipped", "rejected", "accepted")}
+
+
+def _wasted_by_budget(group: GroupRecord) -> int:
+    """The turns the call's turn cap made worthless in ``group``: every turn its verification spent when the cap cut
+    it short and it could then not be decided (skipped), else the turns of the continuations the cap stopped."""
+    stats, v = group.verify_stats, group.verification
+    if stats is None or v is None or not stats.failures.get("budget"):
+        return 0
+    return v.policy_turns if group.status == "skipped" else stats.budget_turns
 
 
 def _spent(group: GroupRecord) -> int:

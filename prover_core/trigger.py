@@ -5,8 +5,8 @@ the paper uses ``(0, 0.5)``, i.e. 1..3 successes of 8). Its representative is th
 successful trajectory; ties go to the smallest trajectory id, so the choice does not depend on the
 order in which a host hands over the batch. With negative credit on, groups with a rate in
 ``(negative_trigger_low, negative_trigger_high)`` get negative credit instead, through their longest failed run.
-With ``max_verified_groups = n``, at most ``n`` eligible groups go on, each eligible group equally likely
-(a seeded draw that depends on the group ids, not on their order).
+:func:`capped` draws the subset ``max_verified_groups`` keeps (:mod:`prover_core.allocate`), each eligible group
+equally likely (a seeded draw that depends on the group ids, not on their order).
 """
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ def trigger(
     """Stage 1 over a batch: ``(eligible, records)``.
 
     ``eligible`` lists ``(group_id, direction)`` in batch order: ``gain`` for a success rate inside
-    ``(trigger_low, trigger_high)``, ``drop`` (with ``negative_credit``) inside the negative trigger's range, at
-    most ``max_verified_groups`` of them (:func:`capped`). ``records`` holds every other group: ``not_eligible``,
-    or ``unverified`` when the cap left it out.
+    ``(trigger_low, trigger_high)``, ``drop`` (with ``negative_credit``) inside the negative trigger's range.
+    ``records`` holds every other group, ``not_eligible``. Which eligible groups are verified is
+    :mod:`prover_core.allocate`'s (``max_verified_groups`` among them, with :func:`capped`).
     """
     records: dict[str, GroupRecord] = {}
     directions: dict[str, Direction] = {}
@@ -86,16 +86,4 @@ def trigger(
                 status="not_eligible",
                 reason=f"success rate {successes}/{len(members)} outside ({config.trigger_low}, {config.trigger_high})",
             )
-    kept, left = capped(list(directions), config.max_verified_groups, config.seed)
-    for gid in left:
-        members = groups[gid]
-        records[gid] = GroupRecord(
-            group_id=gid,
-            size=len(members),
-            successes=sum(t.success for t in members),
-            status="unverified",
-            direction=directions[gid],
-            reason=f"eligible, not verified: max_verified_groups={config.max_verified_groups} of "
-            f"{len(directions)} eligible groups (a random subset is verified)",
-        )
-    return [(gid, directions[gid]) for gid in kept], records
+    return list(directions.items()), records

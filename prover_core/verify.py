@@ -138,7 +138,7 @@ async def verify_segment_detailed(
     decided where the outcomes in settle it (:func:`~prover_core.budget.settled_by`), else incomplete, with
     ``stop="budget"``.
     """
-    limit = limit or asyncio.Semaphore(config.max_concurrency)
+    limit = limit or asyncio.Semaphore(config.concurrency_for(1))
     runner = Runner(trajectory, continuer, config, limit, clock, budget)
     if config.sampling == "adaptive":
         return await _adaptive(runner, segment, direction)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -215,3 +216,17 @@ def test_an_unknown_trajectory_id_is_a_key_error_that_names_the_batchs_ids() -> 
             ask()
     with pytest.raises(KeyError, match=r"\(64 in all\)"):
         result.token_advantages("nope", 10)
+
+
+def test_verification_takes_one_round_at_a_batch_size_past_the_former_limit() -> None:
+    """``benchmarks/verify_rounds.py`` at 128 groups of 8 (792 continuations): with the default
+    (``max_concurrency=None``, every continuation in flight) verification's rounds of policy calls stay within the
+    rollout's plus one; with 256 in flight, the former default, the waves add rounds."""
+    from tests.conftest import load_script
+
+    bench = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "verify_rounds.py", "verify_rounds")
+    rollout, default, spent, _ = bench.rounds(128, 4, None)
+    _, limited, _, _ = bench.rounds(128, 4, 256)
+    assert spent > 256 and default <= rollout + 1 < limited
+    assert ProverConfig().concurrency_for(3) == 2 * max(4, ProverConfig().max_adaptive_k) * 3
+    assert ProverConfig(max_concurrency=7).concurrency_for(3) == 7

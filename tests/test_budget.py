@@ -70,6 +70,13 @@ def test_the_policy_turns_spent_never_exceed_the_cap(schedule: dict[str, Any]) -
         assert m["prover/groups_skipped_budget"] == sum(
             g.status == "skipped" and "budget" in g.reason for g in r.report.groups
         )
+        # wasted: every turn of a cut group left undecided, the stopped continuations' turns of a cut group decided
+        cut = [g for g in r.report.groups if g.verify_stats is not None and g.verify_stats.failures.get("budget")]
+        undecided = sum(g.verification.policy_turns for g in cut if g.status == "skipped" and g.verification)
+        stopped = sum(g.verify_stats.budget_turns for g in cut if g.status != "skipped" and g.verify_stats)
+        assert m["prover/budget_wasted_turns"] == undecided + stopped
+        assert all(g.verification is None or g.verify_stats is None or g.verify_stats.budget_turns
+                   <= g.verification.policy_turns for g in cut)  # fmt: skip
         if cap >= full:  # room for everything: the uncapped result
             same_bonus(r, uncapped)
     assert hit_mid_flight and decided_by_budget  # the edge was reached, with continuations in flight, and decided
@@ -173,3 +180,55 @@ def test_a_planned_cap_verifies_what_fits_and_leaves_the_rest_unverified(rule: s
         assert sum(costs) <= cap
         left_out, verified = left_out + len(planned), verified + len(costs)
     assert left_out and verified
+
+
+@pytest.mark.parametrize("share", [1.0000001, 2.0, 10, 30.0])
+def test_a_share_above_one_is_refused_as_a_likely_percent(share: float) -> None:
+    """``max_extra_share=10`` meant "10%": above 1 the cap would allow more verification turns than the rollout
+    itself, i.e. no cap at all, so it is refused with the value the user likely meant; 1 itself is a cap."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=f"write {share / 100:g} for"):
+        ProverConfig(max_extra_share=share)
+    assert ProverConfig(max_extra_share=1.0).max_extra_share == 1.0
+    assert ProverConfig(max_extra_share=0.0).max_extra_share == 0.0
+
+
+def test_every_turn_of_a_group_the_cap_left_undecided_is_wasted_by_hand() -> None:
+    """One group (a 4-turn success, three 5-turn failures: 19 rollout turns), segment [1, 1], K = 2, no curtailment,
+    each continuation 3 turns (its reserved limit). A cap of floor(0.48 x 19) = 9 turns lets three continuations
+    run: the two from before turn 1 (one success, one failure) and one from after it (a success); the fourth cannot
+    reserve its 3 turns. Post 1/1 against pre 1/2 is not settled (the missing one could make post 1/2), so the group
+    is skipped, and all 9 turns it spent bought nothing: ``budget_wasted_turns`` = 9 (counting only the stopped
+    continuations' turns, as before, gave 0: none was stopped mid-way)."""
+    from tests.conftest import make_trajectory
+
+    batch = [make_trajectory("w", "g", True, list("abcd"))] + [
+        make_trajectory(f"f{i}", "g", False, list("abcde")) for i in range(3)
+    ]
+    pre_calls: list[int] = []
+
+    def hook(trajectory: Any, turn: int, seed: int) -> Outcome:
+        if turn <= 1:
+            pre_calls.append(seed)
+            return Outcome(success=len(pre_calls) == 1, turns=3)
+        return Outcome(success=True, turns=3)
+
+    class TurnOne:
+        def propose(self, success: Any, failures: Any, rules: Any) -> Any:
+            from prover_core import Proposal, Segment
+
+            return Proposal(segment=Segment(trajectory_id=success.id, start=1, end=1), rationale="turn 1")
+
+    r = compute_bonus(
+        batch,
+        judge=TurnOne(),
+        continue_from=hook,
+        config=ProverConfig(k=2, curtail=False, max_extra_share=0.48, max_continuation_turns=3, budget_plan="off"),
+    )
+    (g,) = r.report.groups
+    m = r.report.metrics()
+    assert m["prover/turn_budget"] == 9 and m["prover/policy_turns"] == 9
+    assert g.status == "skipped" and "budget" in g.reason and g.verify_stats is not None
+    assert g.verify_stats.failures.get("budget") == 1 and g.verify_stats.budget_turns == 0
+    assert m["prover/budget_wasted_turns"] == 9 and m["prover/groups_skipped_budget"] == 1

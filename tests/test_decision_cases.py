@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from prover_core import DivergenceJudge, Outcome, ProverConfig, Segment, SegmentRules, Trajectory, compute_bonus
+from prover_core.allocate import Case, Context, cap
 from prover_core.data import Decline, Proposal, as_binary
 from prover_core.errors import InvalidOutcomeError
 from prover_core.trigger import capped, longest_failure, trigger
@@ -67,7 +68,8 @@ def one_success_groups(n: int) -> list[Trajectory]:
 
 def test_the_config_seed_draws_the_capped_groups() -> None:
     """``max_verified_groups`` keeps the subset :func:`capped` draws with ``ProverConfig.seed``: a different seed
-    keeps other groups, through :func:`trigger` and through :func:`compute_bonus`."""
+    keeps other groups, through the allocation step :func:`~prover_core.allocate.cap` and through
+    :func:`compute_bonus`; the trigger itself lets every group of the band through."""
     batch = one_success_groups(6)
     groups: dict[str, list[Trajectory]] = {}
     for t in batch:
@@ -77,9 +79,12 @@ def test_the_config_seed_draws_the_capped_groups() -> None:
     for seed in range(8):
         config = ProverConfig(max_verified_groups=2, seed=seed)
         eligible, records = trigger(groups, config)
+        assert [gid for gid, _ in eligible] == ids and not records
         want = capped(ids, 2, seed)[0]
-        assert [gid for gid, _ in eligible] == want
-        assert sorted(gid for gid, r in records.items() if r.status == "unverified") == sorted(set(ids) - set(want))
+        kept, left = cap([Case(gid, groups[gid], d) for gid, d in eligible], Context(config))
+        assert [c.group_id for c in kept] == want
+        assert sorted(r.group_id for r in left) == sorted(set(ids) - set(want))
+        assert all(r.status == "unverified" and "max_verified_groups=2" in r.reason for r in left)
         kept_sets.add(tuple(want))
         if seed < 3:
             result = compute_bonus(

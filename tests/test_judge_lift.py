@@ -10,9 +10,11 @@ import pytest
 
 from prover_bench.judge_cases import CORRIDORS, LUCK
 from prover_core import Outcome, Proposal, ProverConfig, RandomJudge, Segment, SegmentRules, Trajectory, compute_bonus
-from prover_core.bonus import _Case, _control
-from prover_core.chance import Lift, LiftWindow
+from prover_core.allocate import Case
+from prover_core.bonus import _control
+from prover_core.chance import Lift
 from prover_core.report import GroupRecord, Report
+from prover_core.run import ProverRun
 from tests.conftest import load_script, make_trajectory
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "judge_lift.py"
@@ -86,7 +88,7 @@ def test_controls_are_drawn_afresh_for_new_episodes_with_the_same_ids() -> None:
 
 def test_no_segment_of_the_length_is_a_visible_decline() -> None:
     run = make_trajectory("s", "g", True, list("abc"))  # admissible ends 0..1: no 3-turn segment
-    case = _Case("g", [run, make_trajectory("f", "g", False, list("abcd"))], "gain", control=True)
+    case = Case("g", [run, make_trajectory("f", "g", False, list("abcd"))], "gain", control=True)
     out = _control(case, Segment(trajectory_id="other", start=0, end=2), ProverConfig(control_share=1))
     assert isinstance(out, GroupRecord) and out.status == "declined" and out.control
     assert "no admissible segment of 3 turns" in out.reason and "[0, 2]" in out.reason
@@ -116,18 +118,21 @@ def test_step_lift_counts_decided_gain_groups_by_kind() -> None:
     assert m["prover/judge_lift_low"] < m["prover/judge_lift"] < m["prover/judge_lift_high"]
 
 
-def test_the_window_pools_steps_passed_to_compute_bonus() -> None:
-    window, config = LiftWindow(2), ProverConfig(control_share=0.5)
+def test_a_runs_window_pools_its_steps() -> None:
+    config = ProverConfig(control_share=0.5, lift_window=2)
+    run = ProverRun(FixedJudge(1, 2), config, continue_from=from_turn(3))
+    assert run.window is not None
     steps = []
     for turns in (8, 9, 10):
-        r = compute_bonus(
-            groups(12, turns), judge=FixedJudge(1, 2), continue_from=from_turn(3), config=config, lift=window
-        )
+        r = run.step(groups(12, turns))
         steps.append(r.report.step_lift)
-        assert r.report.lift == window.total
-    assert window.total == steps[1] + steps[2]  # the first step dropped out of a 2-step window
-    alone = compute_bonus(groups(12, 10), judge=FixedJudge(1, 2), continue_from=from_turn(3), config=config)
-    assert alone.report.lift == steps[2]  # without a window: this call's counts
+        assert r.report.lift == run.window.total
+    assert run.window.total == steps[1] + steps[2]  # the first step dropped out of a 2-step window
+    assert run.steps == 3
+    # compute_bonus alone is one step: at the third step's seed (config.seed + 2) its lift is that step's counts
+    third = config.model_copy(update={"seed": config.seed + 2})
+    alone = compute_bonus(groups(12, 10), judge=FixedJudge(1, 2), continue_from=from_turn(3), config=third)
+    assert alone.report.lift == steps[2]
 
 
 def test_credit_per_extra_turn_is_the_credit_added_per_policy_turn_spent() -> None:
@@ -188,10 +193,11 @@ def test_the_throttle_verifies_the_judges_groups_at_the_controls_rate_while_the_
 ) -> None:
     """Above chance (interval above 0) or nothing to compare yet: every group; otherwise the judge's own groups at
     ``control_share / (1 - control_share)`` (1/3 at 0.25), the controls all."""
-    window = LiftWindow(5)
-    window.add(window_counts)
-    config = ProverConfig(control_share=0.25, lift_throttle=True)
-    r = compute_bonus(groups(80), judge=FixedJudge(1, 2), continue_from=from_turn(3), config=config, lift=window)
+    config = ProverConfig(control_share=0.25, lift_throttle=True, lift_window=5)
+    run = ProverRun(FixedJudge(1, 2), config, continue_from=from_turn(3))
+    assert run.window is not None
+    run.window.add(window_counts)  # as if earlier steps had counted these
+    r = run.step(groups(80))
     left = [g for g in r.report.groups if g.status == "unverified"]
     assert all(not g.control and "lift_throttle" in g.reason for g in left)
     judged = sum(not g.control for g in r.report.groups)

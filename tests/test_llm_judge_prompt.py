@@ -12,6 +12,7 @@ from pydantic import SecretStr, ValidationError
 
 from prover_core import Decline, Proposal, SegmentRules, Trajectory, Turn
 from prover_core.connections import parse_retry_after
+from prover_core.errors import _ToolError as ToolError
 from prover_core.judges.llm.answer import JudgeAnswer, check_answer, parse_answer
 from prover_core.judges.llm.cache import ResponseCache, request_key
 from prover_core.judges.llm.config import LLMJudgeConfig
@@ -25,7 +26,7 @@ from prover_core.judges.llm.prompt import (
     system_prompt,
     user_prompt,
 )
-from prover_core.judges.llm.tools import Toolbox, ToolError
+from prover_core.judges.llm.tools import Toolbox
 
 RULES = SegmentRules(max_turns=2)
 

@@ -83,8 +83,6 @@ def test_the_lambda_of_negative_credit_defaults_to_lam() -> None:
     assert ProverConfig(lam=0.25).effective_negative_lam == 0.25
     assert ProverConfig(lam=0.25, negative_lam=0.5).effective_negative_lam == 0.5
     assert ProverConfig(lam=0.25, negative_lam=0.0).effective_negative_lam == 0.0  # 0 is a value, not "unset"
-    with pytest.warns(DeprecationWarning, match="effective_negative_lam"):
-        assert ProverConfig(lam=0.25, negative_lam=0.5).debit_lam == 0.5  # its former name
 
 
 def test_no_drop_no_negative_credit() -> None:

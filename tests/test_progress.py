@@ -168,28 +168,21 @@ def test_stage_times_are_wall_times_of_each_stage() -> None:
     timings = result.report.timings
     assert timings["propose"] >= 0.2 and timings["verify"] >= 0.05
     assert timings["total"] >= timings["propose"] + timings["verify"] - 1e-9  # g-win verifies after both proposed
-    assert 0 <= timings["credit"] < timings["total"]
-    outside = timings["credit"]  # the time outside propose and verify
+    assert 0 <= timings["outside"] < timings["total"]
+    outside = timings["outside"]  # the time outside propose and verify
     metrics = result.report.metrics()
     assert {k: metrics[k] for k in metrics if k.startswith("prover/time/")} == {
         "prover/time/propose": timings["propose"],
         "prover/time/verify": timings["verify"],
         "prover/time/outside": outside,
-        "prover/time/credit": outside,  # its former name, kept for one release
         "prover/time/total": timings["total"],
     }
 
 
 def test_a_report_without_timings_logs_zero_times() -> None:
     metrics = Report().metrics()
-    assert [metrics[f"prover/time/{s}"] for s in ("propose", "verify", "outside", "credit", "total")] == [0.0] * 5
-
-
-def test_the_time_outside_the_stages_is_logged_under_its_name_and_its_former_one() -> None:
-    for name in ("credit", "outside"):  # a report may hold either name
-        metrics = Report(timings={"propose": 1.0, name: 0.25, "total": 2.0}).metrics()
-        assert metrics["prover/time/outside"] == metrics["prover/time/credit"] == 0.25, name
-        assert metrics["prover/time/verify"] == 0.0 and metrics["prover/time/total"] == 2.0
+    assert [metrics[f"prover/time/{s}"] for s in ("propose", "verify", "outside", "total")] == [0.0] * 4
+    assert "prover/time/credit" not in metrics  # the unreleased former name is gone
 
 
 @pytest.mark.parametrize(

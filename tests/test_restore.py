@@ -57,6 +57,7 @@ def test_replay_mismatch_is_a_typed_error_naming_the_turn() -> None:
     with pytest.raises(ReplayMismatchError) as err:
         ReplayEnv(lambda: MDPEnv(MDP)).restore(bad, 4, seed=0)
     assert err.value.turn == 2 and "diverged at turn 2" in str(err.value)
+    assert "observation_equal=" in str(err.value) and "SnapshotEnv(" in str(err.value)  # the remedies, named
 
 
 def test_nondeterministic_environment_is_caught() -> None:

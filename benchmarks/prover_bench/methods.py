@@ -17,6 +17,7 @@ VinePPO and SPO-chain may be restricted to some episodes (``only``); the others 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,8 @@ import numpy as np
 
 from prover_bench.batch import Batch
 from prover_bench.tabular import FloatArray, IntArray, Sampler, Trace
-from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus
+from prover_core.bonus import BonusResult, Hooks, acompute_bonus, compute_bonus, run_pipeline
+from prover_core.chance import LiftWindow
 from prover_core.config import ProverConfig
 from prover_core.data import Outcome, Trajectory
 from prover_core.grpo import group_advantages
@@ -251,23 +253,38 @@ def run_bonus(
 
 
 def run_bonus_with(
-    trajectories: list[Trajectory], judge: Judge, config: ProverConfig, **continuations: Any
+    trajectories: list[Trajectory],
+    judge: Judge,
+    config: ProverConfig,
+    window: LiftWindow | None = None,
+    **continuations: Any,
 ) -> BonusResult:
     """:func:`acompute_bonus` on a private event loop (:func:`compute_bonus` inside a running loop).
 
     ``continuations`` are ``continue_from=...`` or ``env=..., policy=...``. ``compute_bonus`` goes
     through ``asyncio.run``, which on CPython 3.11 formats the repr of the whole result when it
-    restores the SIGINT handler; a plain loop avoids that fixed cost.
+    restores the SIGINT handler; a plain loop avoids that fixed cost. ``window``: the judge against chance of
+    earlier steps, kept by the caller (a run whose judge changes every step, which a ``ProverRun`` cannot be): the
+    pipeline reads it (``lift_throttle``) and the report adds this step to it.
     """
+    if window is None:
+        call = acompute_bonus(trajectories, judge=judge, config=config, **continuations)
+    else:
+        call = run_pipeline(trajectories, judge, config, Hooks(**continuations), prior=window.total)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         loop = asyncio.new_event_loop()
         try:
-            return loop.run_until_complete(acompute_bonus(trajectories, judge=judge, config=config, **continuations))
+            result = loop.run_until_complete(call)
         finally:
             loop.close()
-    return compute_bonus(trajectories, judge=judge, config=config, **continuations)
+    else:
+        call.close()
+        if window is not None:
+            raise RuntimeError("run_bonus_with(window=...) runs its own event loop: call it outside one")
+        result = compute_bonus(trajectories, judge=judge, config=config, **continuations)
+    return result if window is None else dataclasses.replace(result, report=result.report.windowed(window))
 
 
 def prover(

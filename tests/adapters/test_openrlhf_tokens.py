@@ -41,7 +41,8 @@ from vllm import SamplingParams as VLLMSamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.utils import random_uuid  # noqa: E402
 
-from prover_core import DivergenceJudge, ProverConfig  # noqa: E402
+from prover_core import DivergenceJudge, ProverConfig, RandomJudge  # noqa: E402
+from prover_core.chance import Lift  # noqa: E402
 from prover_core.credit import mask_runs  # noqa: E402
 from prover_core.errors import ContinuationLimitError, EngineError  # noqa: E402
 from prover_engine import Generation, SamplingParams  # noqa: E402
@@ -304,3 +305,22 @@ def test_the_judge_against_chance_is_logged_over_a_window_of_steps() -> None:
         assert metrics["prover/groups_control"] == 1.0 and metrics["prover/control_verified"] == float(step)
         assert metrics["prover/judge_verified"] == 0.0 and math.isnan(metrics["prover/judge_lift"])
         assert metrics["prover/credit_per_extra_turn"] == pytest.approx(group.credit / metrics["prover/policy_turns"])
+
+
+def test_lift_throttle_acts_in_the_experience_maker_through_its_run() -> None:
+    """``lift_throttle`` with a random judge: the maker's one :class:`~prover_core.ProverRun` keeps the window and the
+    pipeline reads it, so with a window that has not shown the judge above chance the step's group is verified only
+    at the controls' rate (0.05 / 0.95) and here recorded ``unverified`` by the throttle (before ProverRun the maker
+    never passed its window and the flag did nothing); the next step's seed is the config's plus one."""
+    engine, store = InProcessRolloutActor(), LocalRecordStore()
+    maker = maker_with_engine(engine, store)
+    config = ProverConfig(k=8, lam=LAM, control_share=0.05, lift_throttle=True)
+    maker._prover = dataclasses.replace(maker._prover, judge=RandomJudge(0), config=config)
+    window = maker.prover_run.window
+    assert window is not None
+    window.add(Lift(5, 10, 5, 10))  # lift 0, its interval holds 0: not shown
+    maker.compute_advantages_and_returns(prepared(maker, recorded_rollout(engine, store)))
+    (group,) = maker.last_report.groups
+    assert group.status == "unverified" and "lift_throttle" in group.reason and not group.control
+    assert maker.last_metrics["prover/groups_unverified"] == 1.0
+    assert maker.prover_run.steps == 1 and maker.prover_run.step_config.seed == config.seed + 1

@@ -151,7 +151,7 @@ def test_merge_reports_sums_counts() -> None:
         rollout_turns=9,
         rollout_episodes=4,
         judge_stats={"tokens": 4.0, "retries": 1.0},
-        timings={"propose": 1.5, "verify": 1.0, "credit": 0.25, "total": 2.5},
+        timings={"propose": 1.5, "verify": 1.0, "outside": 0.25, "total": 2.5},
     )
     merged = merge_reports([a, b])
     assert [g.group_id for g in merged.groups] == ["g0", "g1"]
@@ -159,7 +159,7 @@ def test_merge_reports_sums_counts() -> None:
     assert merged.judge_stats == {"tokens": 7.0, "retries": 1.0}
     assert merged.metrics()["prover/groups_declined"] == 1.0
     # processes verify at the same time: each stage took as long as on the slowest process
-    assert merged.timings == {"propose": 1.5, "verify": 2.0, "credit": 0.25, "total": 3.0}
+    assert merged.timings == {"propose": 1.5, "verify": 2.0, "outside": 0.25, "total": 3.0}
     assert merged.metrics()["prover/time/total"] == 3.0
 
 

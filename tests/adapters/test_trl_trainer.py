@@ -22,7 +22,8 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 from examples.trl_toy import FixedJudge, LuckyDoor, tiny_causal_lm, word_tokenizer  # noqa: E402
-from prover_core import ProverConfig, ReplayEnv  # noqa: E402
+from prover_core import ProverConfig, RandomJudge, ReplayEnv  # noqa: E402
+from prover_core.chance import Lift  # noqa: E402
 from prover_trl import (  # noqa: E402
     ProverGRPOTrainer,
     ProverSetup,
@@ -182,8 +183,29 @@ def test_bonus_reaches_compute_loss_on_the_accepted_segment_tokens(tmp_path: Pat
         assert (log["prover/policy_calls"], log["prover/policy_batch_mean"]) == (2, 3 * K / 2)
     # per-stage wall times (prover_core.progress): verification ran, and no stage outlasts the whole call
     assert all(0 < log["prover/time/verify"] <= log["prover/time/total"] for log in logged)
-    for stage in ("propose", "outside", "credit"):  # credit: the former name of outside
+    for stage in ("propose", "outside"):
         assert all(0 <= log[f"prover/time/{stage}"] <= log["prover/time/total"] for log in logged)
+
+
+def test_lift_throttle_acts_in_the_trainer_through_its_run(tmp_path: Path) -> None:
+    """``lift_throttle`` with a random judge: the trainer's one :class:`~prover_core.ProverRun` keeps the window
+    across steps and the pipeline reads it, so with a window that has not shown the judge above chance (as after
+    earlier steps with these counts) the judge's groups are verified only at the controls' rate (here
+    0.05 / 0.95): groups are recorded ``unverified`` by the throttle. Before ProverRun, TRL never passed a window
+    and the flag did nothing."""
+    config = ProverConfig(k=K, control_share=0.05, lift_throttle=True)
+    prover = ProverSetup(judge=RandomJudge(0), env=ReplayEnv(LuckyDoor), config=config)
+    trainer = _build(tmp_path, ProverGRPOTrainer, make_rollout_func(LuckyDoor, max_turns=5), prover=prover)
+    assert trainer.prover_run.window is not None
+    trainer.prover_run.window.add(Lift(5, 10, 5, 10))  # lift 0, its interval holds 0: not shown
+    trainer.train()
+    throttled = [
+        g for result in trainer.results for g in result.report.groups
+        if g.status == "unverified" and "lift_throttle" in g.reason
+    ]  # fmt: skip
+    assert throttled and trainer.prover_run.steps == 2
+    logged = [log for log in trainer.state.log_history if "prover/groups_unverified" in log]
+    assert sum(log["prover/groups_unverified"] for log in logged) == len(throttled)
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +293,8 @@ def test_the_judge_against_chance_is_logged_over_a_window_of_steps(tmp_path: Pat
     logged = [log for log in trainer.state.log_history if "prover/control_verified" in log]
     assert [log["prover/control_verified"] for log in logged] == [1.0, 2.0]
     assert all(log["prover/judge_verified"] == 0.0 and log["prover/groups_control"] == 1.0 for log in logged)
-    assert trainer.prover_lift is not None and trainer.prover_lift.total.control_verified == 2
+    window = trainer.prover_run.window
+    assert window is not None and window.total.control_verified == 2
 
 
 def test_env_or_continue_from_is_required(tmp_path: Path) -> None:

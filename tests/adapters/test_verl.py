@@ -32,8 +32,7 @@ from verl.trainer.config import AlgoConfig  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 import prover_verl  # noqa: E402
-from prover_core import Decline, Proposal, ProverConfig, Segment, SegmentRules, Trajectory, Turn  # noqa: E402
-from prover_core.chance import LiftWindow  # noqa: E402
+from prover_core import Decline, Proposal, ProverConfig, ProverRun, Segment, SegmentRules, Trajectory, Turn  # noqa: E402
 from prover_verl import (  # noqa: E402
     HookMissingError,
     ProverStep,
@@ -116,13 +115,10 @@ def default_batch() -> DataProto:
     return make_batch(MASKS, [float(t.success) for t in TRAJS], [t.group_id for t in TRAJS])
 
 
-def step(**kw: object) -> ProverStep:
-    args: dict[str, object] = dict(
-        trajectories=TRAJS,
-        judge=TurnJudge(),
-        continue_from=CountingContinuations({1: 1, 2: 3}),
-        config=ProverConfig(k=4, lam=LAM),
-    )
+def step(judge: TurnJudge | None = None, config: ProverConfig | None = None, **kw: object) -> ProverStep:
+    """A step of a fresh one-step run (``judge``, ``config``), or of ``run=`` when given."""
+    run = ProverRun(judge or TurnJudge(), config or ProverConfig(k=4, lam=LAM))
+    args: dict[str, object] = dict(trajectories=TRAJS, run=run, continue_from=CountingContinuations({1: 1, 2: 3}))
     args.update(kw)
     return ProverStep(**args)  # type: ignore[arg-type]
 
@@ -300,14 +296,15 @@ def test_default_rows_follow_the_order_of_the_trajectories_even_with_groups_inte
     assert adv[0, 0].item() == pytest.approx(0.5) and adv[2, 0].item() == pytest.approx(-0.5)
 
 
-def test_a_steps_lift_window_pools_the_judge_against_chance_across_steps() -> None:
-    """``ProverStep.lift`` reaches ``compute_bonus``: with ``control_share=1`` group g0 verifies a random control
-    turn each step, and the window kept across steps counts both (``prover/control_verified``)."""
-    window = LiftWindow(10)
-    config = ProverConfig(k=4, lam=LAM, control_share=1.0)
+def test_a_runs_lift_window_pools_the_judge_against_chance_across_steps() -> None:
+    """``ProverStep.run`` keeps the window: with ``control_share=1`` group g0 verifies a random control turn each
+    step, and the run's window counts both (``prover/control_verified``)."""
+    run = ProverRun(TurnJudge(), ProverConfig(k=4, lam=LAM, control_share=1.0, lift_window=10))
+    assert run.window is not None
+    window = run.window
     for n in (1, 2):
         continuations = CountingContinuations({0: 0, 1: 1, 2: 3})
-        with prover_step(step(config=config, lift=window, continue_from=continuations)) as s:
+        with prover_step(step(run=run, continue_from=continuations)) as s:
             compute_advantage(default_batch(), adv_estimator="prover", config=algo(False))
         assert s.result is not None
         (g0,) = [g for g in s.result.report.groups if g.group_id == "g0"]

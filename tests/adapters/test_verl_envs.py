@@ -28,6 +28,7 @@ import prover_verl  # noqa: E402
 from prover_core import (  # noqa: E402
     PolicyContext,
     ProverConfig,
+    ProverRun,
     RandomJudge,
     ReplayEnv,
     ReplayMismatchError,
@@ -177,10 +178,9 @@ def test_prover_over_replayed_manager_episodes_through_compute_advantage() -> No
     grpo = compute_advantage(batch(), adv_estimator="grpo", norm_adv_by_std_in_grpo=False)
     hook = ProverStep(
         trajectories=trajectories,
-        judge=RandomJudge(seed=0),  # the paper's random-segment ablation
+        run=ProverRun(RandomJudge(seed=0), ProverConfig(k=8, lam=1.0)),  # the counts below: the seeds at K = 8
         env=ReplayEnv(lambda: EnvManagerEnv(CorridorManager)),
         policy=CoinPolicy(),
-        config=ProverConfig(k=8, lam=1.0),  # the counts below are fixed by the seeds at K = 8
     )
     with prover_step(hook):
         adv = compute_advantage(batch(), adv_estimator="prover", config=cfg).batch["advantages"]

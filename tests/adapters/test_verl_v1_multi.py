@@ -33,7 +33,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories  # noqa: E402
 
 import prover_verl  # noqa: E402
-from prover_core import Decline, Proposal, ProverConfig, Segment, SegmentRules, Trajectory, Turn  # noqa: E402
+from prover_core import Decline, Proposal, ProverConfig, ProverRun, Segment, SegmentRules, Trajectory, Turn  # noqa: E402
 from prover_verl import ProverStep, RowAlignmentError, RowTurns, prover_step  # noqa: E402
 
 prover_verl.register()
@@ -90,9 +90,8 @@ def continuations(wins: dict[int, int]):  # type: ignore[no-untyped-def]
 def step(turn: int | None = None, batch_keys: Sequence[str] | None = KEYS) -> ProverStep:
     return ProverStep(
         trajectories=trajectories(),
-        judge=Judge(turn),
+        run=ProverRun(Judge(turn), ProverConfig(k=4, lam=2.0)),
         continue_from=continuations({1: 1, 2: 3}),
-        config=ProverConfig(k=4, lam=2.0),
         rows=ROWS,
         batch_keys=batch_keys,
     )

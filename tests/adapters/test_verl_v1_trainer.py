@@ -47,7 +47,8 @@ from verl.workers.config import CheckpointEngineConfig  # noqa: E402
 from verl.workers.rollout.llm_server import LLMServerManager  # noqa: E402
 
 import prover_verl  # noqa: E402
-from prover_core import ProverConfig, Segment, Trajectory  # noqa: E402
+from prover_core import ProverConfig, RandomJudge, Segment, Trajectory  # noqa: E402
+from prover_core.chance import Lift  # noqa: E402
 from prover_core.errors import EngineError, EngineTimeoutError  # noqa: E402
 from prover_core.protocols import Step  # noqa: E402
 from prover_core.verify import continuation_seeds  # noqa: E402
@@ -570,4 +571,38 @@ def test_the_trainer_logs_the_judge_against_chance_over_a_window_of_steps(cluste
         assert metrics["prover/groups_control"] == 1.0 and metrics["prover/control_verified"] == float(step)
         assert metrics["prover/judge_verified"] == 0.0 and math.isnan(metrics["prover/judge_lift"])
         tq.kv_clear(keys=keys, partition_id="train")
-    assert trainer.prover_lift is not None and trainer.prover_lift.total.control_verified == 2
+    window = trainer.prover_run.window
+    assert window is not None and window.total.control_verified == 2
+
+
+class ThrottleSpec(CorridorSpec):
+    def judge(self) -> Any:
+        return RandomJudge(0)
+
+    def prover_config(self) -> ProverConfig:
+        return ProverConfig(k=K, lam=LAM, control_share=0.05, lift_throttle=True)
+
+
+def test_lift_throttle_acts_in_the_trainer_through_its_run(cluster: Any) -> None:
+    """``lift_throttle`` with a random judge: the trainer's one :class:`~prover_core.ProverRun` (built once from the
+    spec) keeps the window and the pipeline reads it, so with a window that has not shown the judge above chance the
+    step's group is verified only at the controls' rate (0.05 / 0.95), here recorded ``unverified``; the replicas are
+    then not asked for a continuation."""
+    servers = cluster["servers"]
+    trainer = ProverTrainerSync(compose(**{"+prover.spec": f"{__name__}.ThrottleSpec"}))
+    trainer.tokenizer, trainer.llm_server_manager = char_tokenizer(), cluster["manager"]
+    trainer.checkpoint_manager = checkpoint_manager(servers)
+    window = trainer.prover_run.window
+    assert window is not None
+    window.add(Lift(5, 10, 5, 10))  # lift 0, its interval holds 0: not shown
+    set_all(servers, awake=True, mode="ok")
+    keys, _ = record_sessions(cluster, "uidthrottle")
+    take(servers)
+    trainer.global_steps = 9
+    metrics: dict[str, Any] = {}
+    trainer._compute_advantage(KVBatchMeta(keys=keys, tags=tags_of(keys), partition_id="train"), metrics)
+    _, requests = take(servers)
+    assert metrics["prover/groups_unverified"] == 1.0 and metrics["prover/groups_verified"] == 0.0
+    assert requests == []
+    assert trainer.prover_run.steps == 1
+    tq.kv_clear(keys=keys, partition_id="train")

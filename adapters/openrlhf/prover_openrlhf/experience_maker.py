@@ -36,7 +36,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # type: ignore[import-untyped]
 from openrlhf.utils.logging_utils import init_logger  # type: ignore[import-untyped]
 
-from prover_core.hosts import BonusResult, LiftWindow, Report, Trajectory, compute_bonus
+from prover_core.hosts import BonusResult, ProverRun, Report, Trajectory
 from prover_engine import EnginePolicy
 from prover_openrlhf.batch import Row, batch_rows, plan_batch
 from prover_openrlhf.engine import RolloutEngines, find_engines
@@ -62,9 +62,7 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self._prover = prover
         self._vllm_engines = vllm_engines
-        self.prover_step = 0
-        self.prover_lift: LiftWindow | None = None
-        """The judge against chance across steps (``control_share > 0``), logged as ``prover/judge_lift``."""
+        self._prover_run: ProverRun | None = None
         self.last_report: Report | None = None
         self.last_metrics: dict[str, float] = {}
         self.last_result: BonusResult | None = None
@@ -83,6 +81,16 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
             self._prover = load_setup(self)
         return self._prover
 
+    @property
+    def prover_run(self) -> ProverRun:
+        """The run's ProVer state (the step's seed, the judge's window against chance, ...): one per maker."""
+        if self._prover_run is None:
+            setup = self.prover
+            self._prover_run = ProverRun(
+                setup.judge, setup.config, env=setup.env, policy=setup.policy, continue_from=setup.continue_from
+            )
+        return self._prover_run
+
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences: list[Any]) -> list[Any]:
         """OpenRLHF's advantages, then ``+ lam * Delta`` on accepted segments (see the module doc)."""
@@ -96,9 +104,7 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         experiences = super().compute_advantages_and_returns(experiences)
 
         plan = plan_batch(rows, records)
-        # A new root seed every step: continuations differ across steps but stay reproducible.
-        config = setup.config.model_copy(update={"seed": setup.config.seed + self.prover_step})
-        self.prover_step += 1
+        run = self.prover_run  # a new root seed every step (config.seed + step): reproducible, never repeated
         turn_bonus: dict[str, Any] = {}
         result = None
         policy = setup.policy if isinstance(setup.policy, EnginePolicy) else None
@@ -107,20 +113,9 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
             if policy is not None:
                 record_tokens(policy, experiences, rows, plan.trajectories)
             with self._engines_awake(policy, any_mixed_group(plan.trajectories)):
-                result = compute_bonus(
-                    plan.trajectories,
-                    judge=setup.judge,
-                    env=setup.env,
-                    policy=setup.policy,
-                    continue_from=setup.continue_from,
-                    config=config,
-                )
+                result = run.verify(plan.trajectories)
             turn_bonus = dict(result.turn_bonus)
         report = result.report if result is not None else Report()
-        if config.control_share > 0:  # every step enters the window, one without eligible groups too
-            if self.prover_lift is None:
-                self.prover_lift = LiftWindow(config.lift_window)
-            report = report.windowed(self.prover_lift)
         groups = sorted([*report.groups, *plan.left_out], key=lambda g: int(g.group_id))
         self.last_result = result
 
@@ -138,7 +133,9 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
                 experiences[row.experience], row, result.token_bonus(row.trajectory_id, row.length)
             )
             experiences[row.experience].info[BONUS_INFO_KEY][row.row] = float(bonus[abs(bonus).argmax()])
-        self.last_report = report.model_copy(update={"groups": groups}).with_masses(credit_mass, advantage_mass)
+        # every step ends in the run (its window of the judge against chance too), one without eligible groups too
+        report = run.finish([report.model_copy(update={"groups": groups})], masses=(credit_mass, advantage_mass))
+        self.last_report = report
         self.last_metrics = self._metrics(self.last_report, policy, time.perf_counter() - started)
         if policy is not None:
             policy.clear()
@@ -146,7 +143,7 @@ class ProverExperienceMaker(RemoteExperienceMaker):  # type: ignore[misc]
         for exp in experiences:
             for key, value in self.last_metrics.items():
                 exp.info[key] = torch.full((len(exp.action_mask),), value, dtype=torch.float32)
-        logger.info(f"ProVer step {self.prover_step - 1}: {self.last_report.summary()}")
+        logger.info(f"ProVer step {run.steps - 1}: {self.last_report.summary()}")
         return list(experiences)
 
     def _engines_awake(self, policy: EnginePolicy | None, needed: bool) -> Any:

@@ -39,19 +39,19 @@ from prover_core.hosts import (
     ContinueFn,
     GroupRecord,
     Judge,
-    LiftWindow,
     Policy,
     ProverConfig,
+    ProverRun,
     Report,
     RestorableEnv,
     Trajectory,
-    compute_bonus,
     credit_masses,
     default_judge,
     mask_runs,
     spread_to_tokens,
 )
 from prover_engine import EnginePolicy, Generation, TokenEngine, TokenStore
+from prover_engine.parity import merge_metrics
 from prover_trl.backend import backend, collective_generation
 from prover_trl.batch import (
     PROVER_KEYS,
@@ -60,7 +60,6 @@ from prover_trl.batch import (
     Row,
     build_trajectory,
     group_layout,
-    merge_reports,
     owners,
 )
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine, trainer_sampling
@@ -154,13 +153,13 @@ class ProverGRPOTrainer(GRPOTrainer):
         self.prover_policy: Policy | None = None
         self.prover_last_result: BonusResult | None = None
         self.prover_last_report: Report | None = None
-        self.prover_lift: LiftWindow | None = None
-        """The judge against chance across steps (``control_share > 0``), logged as ``prover/judge_lift``."""
         self._prover_generated: tuple[Any, ...] | None = None
         self._prover_rewards: torch.Tensor | None = None
         self._prover_calls = 0
         self._policy_built_with: dict[str, Any] | None = None  # the options the trainer's own policy was built with
         setup = self.prover
+        self.prover_run = ProverRun(setup.judge, setup.config, env=setup.env, continue_from=setup.continue_from)
+        """The run's ProVer state (the step's seed, the judge's window against chance, ...): one per trainer."""
         self.prover_verify_on: VerifyOn = setup.verify_on
         if setup.verify_on == "auto":
             self.prover_verify_on = "main" if backend(self) == "vllm_server" and setup.policy is None else "owner"
@@ -439,16 +438,10 @@ class ProverGRPOTrainer(GRPOTrainer):
         if not batch:
             return None, None
         setup, started = self.prover, time.monotonic()
+        policy = self.prover_policy if setup.continue_from is None else None
         try:
             with seeded(_mix(setup.config.seed, tag)), self._engine_session():
-                return compute_bonus(
-                    batch,
-                    judge=setup.judge,
-                    env=setup.env if setup.continue_from is None else None,
-                    policy=self.prover_policy if setup.continue_from is None else None,
-                    continue_from=setup.continue_from,
-                    config=setup.config,
-                ), None
+                return self.prover_run.verify(batch, policy=policy), None
         except Exception as exc:
             return None, exc
         finally:
@@ -492,20 +485,19 @@ class ProverGRPOTrainer(GRPOTrainer):
             )
             for gid, problem in problems.items()
         ]
-        merged = merge_reports([r for r, _, _ in gathered] + [Report(groups=skips)]).model_copy(
+        reports = [r for r, _, _ in gathered] + [Report(groups=skips)]
+        credit_mass, advantage_mass = self.accelerator.gather(masses.double()).reshape(-1, 2).sum(0).tolist()
+        merged = self.prover_run.finish(  # every process ends the step with the same reports: the same run state
+            reports,
+            masses=(credit_mass, advantage_mass),
+            engine_stats=merge_metrics([r.engine_stats for r in reports]),
+        ).model_copy(
             update={
                 "rollout_episodes": len(everyone),
                 "rollout_turns": sum(b.turns for b in everyone),
                 "rollout_rounds": max(b.turns for b in everyone),
             }
         )
-        credit_mass, advantage_mass = self.accelerator.gather(masses.double()).reshape(-1, 2).sum(0).tolist()
-        merged = merged.with_masses(credit_mass, advantage_mass)
-        config = self.prover.config
-        if config.control_share > 0:  # the judge against chance, over a window of steps kept on the trainer
-            if self.prover_lift is None:
-                self.prover_lift = LiftWindow(config.lift_window)
-            merged = merged.windowed(self.prover_lift)
         self.prover_last_result, self.prover_last_report = result, merged
         metrics = merged.metrics()
         if metrics.get("prover/policy_calls"):  # TrainerPolicy's generate calls: their mean batch

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import AdvantageEstimator, compute_grpo_outcome_advantage, register_adv_est
 
-from prover_core.hosts import Trajectory, compute_bonus, credit_masses, group_batch
+from prover_core.hosts import Trajectory, credit_masses, group_batch
 from prover_verl.errors import RowAlignmentError
 from prover_verl.hook import take_prover_step
 from prover_verl.names import ESTIMATOR_NAME
@@ -103,13 +103,13 @@ def compute_prover_advantage(
     scores = token_level_rewards.detach().sum(dim=-1).cpu().double().numpy() if step.check_rewards else None
     check_rows(rows, trajectories, index, scores)
 
-    result = compute_bonus(batch, **step.bonus_kwargs())
+    result = step.run.verify(batch, **step.hooks())
     mask = response_mask.detach().cpu().numpy()
     bonus = bonus_matrix(result, rows, mask)
 
     grpo = grpo_baseline(token_level_rewards, response_mask, index, _norm_by_std(config), step.batch_keys, epsilon)
     extra = torch.as_tensor(bonus, dtype=grpo.dtype, device=grpo.device) * response_mask.to(grpo.dtype)
     advantages = grpo + extra
-    masses = credit_masses(extra.detach().cpu().numpy(), grpo.detach().cpu().numpy(), mask)
-    step.result = dataclasses.replace(result, report=result.report.with_masses(*masses))  # verl's own advantage
+    masses = credit_masses(extra.detach().cpu().numpy(), grpo.detach().cpu().numpy(), mask)  # verl's own advantage
+    step.result = dataclasses.replace(result, report=step.run.finish([result.report], masses=masses))
     return advantages, advantages

@@ -4,7 +4,9 @@ verl calls a registered estimator with tensors only (``token_level_rewards``, ``
 ``uid`` array as ``index`` and the algorithm config), so everything else travels through a
 :class:`ProverStep` set right before verl's advantage step::
 
-    with prover_step(ProverStep(trajectories=trajs, judge=judge, continue_from=fn)) as step:
+    run = ProverRun(judge, config, continue_from=fn)  # once, before training
+    ...
+    with prover_step(ProverStep(trajectories=trajs, run=run)) as step:  # every step
         data = compute_advantage(data, adv_estimator="prover", config=algo_cfg)
     log(step.result.report.metrics())
 
@@ -25,16 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prover_core.hosts import (
-    BonusResult,
-    ContinueFn,
-    Judge,
-    LiftWindow,
-    Policy,
-    ProverConfig,
-    RestorableEnv,
-    Trajectory,
-)
+from prover_core.hosts import BonusResult, ContinueFn, Policy, ProverRun, RestorableEnv, Trajectory
 from prover_verl.errors import HookMissingError
 
 
@@ -50,11 +43,11 @@ class RowTurns:
 class ProverStep:
     """Everything ``adv_estimator=prover`` needs for one batch besides verl's tensors.
 
-    ``trajectories`` (each ``group_id`` equal to its rows' ``uid``), the ``judge`` and either ``env``
-    and ``policy`` or ``continue_from`` (or a core ``executor``) are handed to
-    :func:`prover_core.compute_bonus` with ``config``. ``check_rewards`` compares each row's summed
-    ``token_level_rewards`` with its trajectory's ``success`` (rows holding the terminal turn only);
-    turn it off when the rewards carry a KL penalty (``algorithm.use_kl_in_reward``).
+    ``trajectories`` (each ``group_id`` equal to its rows' ``uid``) go to ``run``, the training run's
+    :class:`~prover_core.ProverRun` (built once, with the judge and the config: it keeps what lives across steps),
+    with this step's ``env`` and ``policy`` or ``continue_from`` where given (else the run's own).
+    ``check_rewards`` compares each row's summed ``token_level_rewards`` with its trajectory's ``success`` (rows
+    holding the terminal turn only); turn it off when the rewards carry a KL penalty (``algorithm.use_kl_in_reward``).
     ``batch_keys`` (verl's v1 trainer: the TransferQueue keys ``{uid}_{session}_{index}`` of the rows,
     ``batch.keys``) makes the GRPO base count each session once, on its final output, exactly as the
     v1 trainer does for ``adv_estimator=grpo``; leave it ``None`` on the legacy path (every row counts).
@@ -62,28 +55,18 @@ class ProverStep:
     """
 
     trajectories: Sequence[Trajectory | Mapping[str, Any]]
-    judge: Judge
+    run: ProverRun
     env: RestorableEnv | None = None
     policy: Policy | None = None
     continue_from: ContinueFn | None = None
-    executor: Any = None
-    config: ProverConfig = field(default_factory=ProverConfig)
     rows: Sequence[str | RowTurns | None] | None = None
     batch_keys: Sequence[str] | None = None
     check_rewards: bool = True
-    lift: LiftWindow | None = None
-    """The running window of the judge against chance (``config.control_share > 0``), kept across steps by the
-    caller (``ProverTrainerMixin`` keeps one): ``compute_bonus(..., lift=...)``, logged as ``prover/judge_lift``."""
     result: BonusResult | None = field(default=None, init=False)
 
-    def bonus_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`prover_core.compute_bonus` (unset continuation hooks left out)."""
-        kwargs: dict[str, Any] = {"judge": self.judge, "config": self.config}
-        for name in ("env", "policy", "continue_from", "executor", "lift"):
-            value = getattr(self, name)
-            if value is not None:
-                kwargs[name] = value
-        return kwargs
+    def hooks(self) -> dict[str, Any]:
+        """This step's continuation hooks for :meth:`ProverRun.verify` (unset ones left to the run's own)."""
+        return {"env": self.env, "policy": self.policy, "continue_from": self.continue_from}
 
 
 _lock = threading.Lock()

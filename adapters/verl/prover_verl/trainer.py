@@ -28,7 +28,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from prover_core.hosts import LiftWindow, ReplayEnv, Trajectory, group_batch, success_rate
+from prover_core.hosts import ProverRun, ReplayEnv, Trajectory, group_batch, success_rate
 from prover_engine import EnginePolicy, TokenStore
 from prover_verl.agent_loop import TRAJECTORY_FIELD
 from prover_verl.engine import VerlServerEngine, sglang_seed_note
@@ -96,8 +96,7 @@ class ProverTrainerMixin:
         if note is not None:
             warnings.warn(note, stacklevel=2)
         self._prover_spec: ProverSpec | None = None
-        self.prover_lift: LiftWindow | None = None
-        """The judge against chance across steps (``control_share > 0``), logged as ``prover/judge_lift``."""
+        self._prover_run: ProverRun | None = None
         super().__init__(config)  # type: ignore[call-arg]
 
     @property
@@ -114,6 +113,15 @@ class ProverTrainerMixin:
         if self._prover_spec is None:
             self._prover_spec = load_spec(self.config, self.tokenizer)
         return self._prover_spec
+
+    @property
+    def prover_run(self) -> ProverRun:
+        """The run's ProVer state (the judge, the config, the step's seed, the window against chance): built once
+        from the spec, at the first advantage step."""
+        if self._prover_run is None:
+            spec = self.prover_spec
+            self._prover_run = ProverRun(spec.judge(), spec.prover_config(), env=ReplayEnv(spec.make_env))
+        return self._prover_run
 
     def prover_engine(self) -> VerlServerEngine:
         """The engine continuations run on: verl's ``LLMServerClient`` to the rollout replicas."""
@@ -142,16 +150,10 @@ class ProverTrainerMixin:
             ),
             sampling=spec.sampling(),
         )
-        config = spec.prover_config()
-        if config.control_share > 0 and self.prover_lift is None:
-            self.prover_lift = LiftWindow(config.lift_window)
         return ProverStep(
             trajectories=trajectories,
-            judge=spec.judge(),
-            env=ReplayEnv(spec.make_env),
+            run=self.prover_run,
             policy=policy,
-            config=config,
-            lift=self.prover_lift,
             rows=rows,
             batch_keys=list(keys),
             check_rewards=not bool(self.config.algorithm.use_kl_in_reward),
