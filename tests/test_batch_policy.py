@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from pathlib import Path
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
