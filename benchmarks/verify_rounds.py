@@ -57,8 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _, limited, _, _ = rounds(groups, args.k, 256)
         within = default <= rollout + 1
         ok &= within
-        print(f"| {groups} | {rollout} | {default} | {'yes' if within else 'NO'} | {spent} | {limited} | {seconds:.1f} |",
-              flush=True)  # fmt: skip
+        row = [groups, rollout, default, "yes" if within else "NO", spent, limited, f"{seconds:.1f}"]
+        print("| " + " | ".join(map(str, row)) + " |", flush=True)
     print(f"\nverification within the rollout's rounds + 1 at every size: {'yes' if ok else 'no'}")
     return 0 if ok else 1
 

@@ -55,8 +55,8 @@ def read_key(variable: str, role: str) -> SecretStr:
         )
     if not (value.isascii() and value.isprintable()):
         raise CredentialError(
-            f"the environment variable {variable_name(variable)} ({role}) holds a non-printable or non-ASCII character inside "
-            "the key, which cannot be sent in an HTTP header (the value is not shown)"
+            f"the environment variable {variable_name(variable)} ({role}) holds a non-printable or non-ASCII "
+            "character inside the key, which cannot be sent in an HTTP header (the value is not shown)"
         )
     return SecretStr(value)
 

@@ -52,7 +52,8 @@ class LLMJudge:
 
     def __repr__(self) -> str:
         c = self.config
-        return f"LLMJudge(base_url={c.base_url!r}, model={c.model!r}, mode={c.mode!r}, api_key_env={c.api_key_env and variable_name(c.api_key_env)})"
+        key = None if c.api_key_env is None else variable_name(c.api_key_env)
+        return f"LLMJudge(base_url={c.base_url!r}, model={c.model!r}, mode={c.mode!r}, api_key_env={key})"
 
     # -- the Judge protocol ----------------------------------------------------------------------
 
