@@ -149,9 +149,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "cap-ignores-seed",
-        "prover_core/trigger.py",
-        "kept, left = capped(list(directions), config.max_verified_groups, config.seed)",
-        "kept, left = capped(list(directions), config.max_verified_groups)",
+        "prover_core/allocate.py",
+        "kept_ids, _ = capped([c.group_id for c in cases], n, context.config.seed)",
+        "kept_ids, _ = capped([c.group_id for c in cases], n)",
         ("tests/test_decision_cases.py", "tests/test_trigger.py", "tests/test_bonus.py"),
     ),
     Mutant(

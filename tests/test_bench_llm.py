@@ -398,7 +398,10 @@ def test_exact_success_of_random_key_choices() -> None:
                 wins += record.success
             after = sum(r > task.goal_room for r in keys)
             assert wins / 16 == 2.0 ** -(1 + after)
-        rates.append(wins / 16)
+            if variant == "default":
+                rates.append(wins / 16)
+            if variant == "last":  # the goal key last: nothing after it, so 1/2 on every task
+                assert wins / 16 == 0.5
     assert abs(np.mean(rates) - 0.234) < 0.06
 
 
@@ -826,7 +829,7 @@ def _ceiling() -> Any:
 
 
 @dataclass
-class _Run:
+class _Heldout:
     seed: int
     success: list[float]
 
@@ -837,8 +840,8 @@ def test_the_ceiling_rules_by_hand() -> None:
     McNemar's exact p for 5 discordant pairs all one way is 2 / 2^5 = 0.0625, for 3 against 1 it is
     2 (1 + 4) / 16 = 0.625."""
     c = _ceiling()
-    assert not c.collapsed(_Run(0, [0.3, 0.15, 0.2])) and c.collapsed(_Run(0, [0.3, 0.6, 0.149]))
-    assert not c.collapsed(_Run(0, [0.3, 0.3])) and c.collapsed(_Run(0, [0.3, 0.0, 0.9]))
+    assert not c.collapsed(_Heldout(0, [0.3, 0.15, 0.2])) and c.collapsed(_Heldout(0, [0.3, 0.6, 0.149]))
+    assert not c.collapsed(_Heldout(0, [0.3, 0.3])) and c.collapsed(_Heldout(0, [0.3, 0.0, 0.9]))
     assert c.ceiling_verdict((0.05, 0.04), (0.03, 0.02)) == "pays"
     assert c.ceiling_verdict((0.05, 0.04), (0.01, 0.02)) == "ties at this size"
     assert c.ceiling_verdict((0.05, 0.04), (-0.03, 0.02)) == "loses"

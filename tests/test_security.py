@@ -467,12 +467,10 @@ def test_every_promise_on_the_security_page_names_a_test_that_exists() -> None:
     "passed",
     ["sk-proj-Abc123def456GHI789jkl", "sk_live_0123456789abcdef", "  sk-with-spaces  ", "ghp_AbCdEf0123456789"],
 )
-def test_a_key_passed_where_its_variables_name_belongs_is_never_shown(
-    passed: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_key_passed_where_its_variables_name_belongs_is_never_shown(passed: str) -> None:
     """``api_key_env="sk-..."``: the key itself, not the name of the variable holding it. The unset-variable errors
-    (judge config, judge, engine) and the judge's repr (where such a variable happens to exist) must not contain it
-    (the forms checked here are written out literally, not derived from the redactor)."""
+    (judge config, judge, engine) must not contain it (the forms checked here are written out literally, not derived
+    from the redactor)."""
     from prover_core.judges.llm import LLMJudgeConfig
 
     config = LLMJudgeConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key_env=passed)
@@ -482,8 +480,7 @@ def test_a_key_passed_where_its_variables_name_belongs_is_never_shown(
         LLMJudge(config)
     with pytest.raises(ValueError) as engined:
         OpenAICompletionsEngine("http://127.0.0.1:9/v1", "m", api_key_env=passed)
-    monkeypatch.setenv(passed, "a-real-key-0123456789")
-    shown = [str(judged.value), str(built.value), str(engined.value), repr(LLMJudge(config))]
+    shown = [str(judged.value), str(built.value), str(engined.value)]
     core = passed.strip()
     for text in shown:
         assert core not in text and core[:12] not in text and core[-8:] not in text, text

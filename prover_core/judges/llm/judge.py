@@ -25,7 +25,6 @@ from prover_core.judges.llm.config import LLMJudgeConfig
 from prover_core.judges.llm.conversation import Conversation
 from prover_core.judges.llm.prompt import ActionCheck, default_action_error
 from prover_core.judges.llm.stats import JudgeStats
-from prover_core.redaction import variable_name
 
 __all__ = ["LLMJudge"]
 
@@ -52,8 +51,7 @@ class LLMJudge:
 
     def __repr__(self) -> str:
         c = self.config
-        key = None if c.api_key_env is None else variable_name(c.api_key_env)
-        return f"LLMJudge(base_url={c.base_url!r}, model={c.model!r}, mode={c.mode!r}, api_key_env={key})"
+        return f"LLMJudge(base_url={c.base_url!r}, model={c.model!r}, mode={c.mode!r}, api_key_env={c.api_key_env!r})"
 
     # -- the Judge protocol ----------------------------------------------------------------------
 

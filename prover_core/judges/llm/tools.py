@@ -66,6 +66,10 @@ _TOOL_NAMES = frozenset(spec["function"]["name"] for spec in TOOL_SPECS)
 _WORD = re.compile(r"\w+")
 
 
+ToolError = _ToolError
+"""A tool call the judge cannot run (:class:`prover_core.errors._ToolError`; internal, kept importable from here)."""
+
+
 def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
