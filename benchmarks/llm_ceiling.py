@@ -281,7 +281,7 @@ def section(results: Path, regime: lr_.Regime, lr: float, arms: Sequence[str], s
     lines.append(f"- extra policy tokens over GRPO's: token-matched GRPO {100 * np.mean(share):.1f}%"
                  + "".join(f"; {name} {100 * np.mean([r.extra_token_share() for r in runs[name]]):.1f}%"
                            for name in arms if name in PROVER_ARMS and name in runs))  # fmt: skip
-    status = f"{done} of {len(seeds)} seeds finished" + ("" if done == len(seeds) else ": provisional")
+    status = f"{done} of {len(SEEDS)} seeds finished" + ("" if done == len(SEEDS) else ": provisional")
     lines += [f"- {status}.", ""]
     rows, mass, probes = [], [], []
     for name in arms:
@@ -289,9 +289,9 @@ def section(results: Path, regime: lr_.Regime, lr: float, arms: Sequence[str], s
             continue
         arm = runs[name]
         steps, tokens = _final_diff(arm, matched), _tokens_diff(arm, grpo)
-        lines.append(f"verdict: {name} in {regime.name}: {ceiling_verdict(steps, tokens)} (minus token-matched GRPO "
-                     f"at step {arm[0].eval_steps[-1]} {_pm(steps)}; minus GRPO at equal policy tokens {_pm(tokens)}; "
-                     f"{done} paired seeds)")  # fmt: skip
+        lines.append(f"verdict: {name} in {regime.name}, minus token-matched GRPO at step {arm[0].eval_steps[-1]} "
+                     f"{_pm(steps)} and minus GRPO at equal policy tokens {_pm(tokens)} ({done} paired seeds; pays "
+                     f"only when both lower bounds are above 0): {ceiling_verdict(steps, tokens)}")  # fmt: skip
         ka, km, kg = _kept(arm, matched, grpo)
         b, c, p = mcnemar([collapsed(r) for r in arm], [collapsed(r) for r in matched])
         rows.append([name, str(sum(map(collapsed, arm))), str(sum(map(collapsed, matched))), f"{b} / {c}",

@@ -212,6 +212,9 @@ at 1.1e-4, +0.040 ± 0.021 at 3.3e-4, 24 seeds). ``--rank R12`` ranks ProVer the
   secondary; 48 seeds about 5.5 hours of one core, 3-4 hours with 2 workers on this 2-core machine: more than one
   session, hence the per-seed files.
 
+Note, 2026-12-06: each verdict and rule-control line now says what it compares before its verdict word (the same
+figures and verdicts, reordered).
+
 Note, 2026-12-05, after all 48 primary seeds were in: the report adds two figures and changes no rule. Each verdict
 line also prints the arm minus GRPO at equal policy tokens, and a ``rule control:`` line applies the registered rule
 to GRPO itself (against budget-matched GRPO at GRPO's tokens). The first 32 seeds had shown why: at equal tokens
@@ -812,15 +815,15 @@ def rank_section(
             continue
         arm = by_seed(name)
         diff, over_grpo = report.paired_at(arm, matched, "tokens"), report.paired_at(arm, grpo, "tokens")
-        head.append(f"verdict: {name} at lr {lr:g}: {report.rank_verdict(diff)} (minus budget-matched GRPO at equal "
-                    f"policy tokens {report.format_pm(diff)}, {len(done)} paired seeds; minus GRPO at equal policy "
-                    f"tokens {report.format_pm(over_grpo)})")  # fmt: skip
+        head.append(f"verdict: {name} at lr {lr:g}, minus budget-matched GRPO at equal policy tokens "
+                    f"{report.format_pm(diff)} ({len(done)} paired seeds; minus GRPO at equal policy tokens "
+                    f"{report.format_pm(over_grpo)}): {report.rank_verdict(diff)}")  # fmt: skip
     control = report.paired_at(grpo, matched, "tokens")
     verdict = report.rank_verdict(control)
     caution = ("; the rule favours any arm cheaper than budget-matched GRPO, so read each verdict beside its arm "
                "minus GRPO")  # fmt: skip
-    head.append(f"rule control: GRPO (G={grpo[0].group_size}) itself at lr {lr:g} under the same rule: {verdict} "
-                f"(minus budget-matched GRPO at equal policy tokens {report.format_pm(control)})"
+    head.append(f"rule control: GRPO (G={grpo[0].group_size}) itself at lr {lr:g}, minus budget-matched GRPO at "
+                f"equal policy tokens {report.format_pm(control)}, under the same rule: {verdict}"
                 f"{caution if verdict == 'pays' else ''}")  # fmt: skip
     status = f"{len(done)} of {len(seeds)} seeds finished"
     if len(done) < len(seeds):

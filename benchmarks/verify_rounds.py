@@ -8,7 +8,7 @@ per batch size with the default config (``max_concurrency=None``: every continua
 waiting for an action (``prover/verify_policy_rounds``); the rollout's rounds are its longest episode's turns
 (``prover/rollout_policy_rounds``). The claim: with the default, verification's rounds are at most the rollout's
 plus one at every size; with a limit, each wave of continuations beyond it adds about a continuation's length.
-Needs nothing but prover-core; about 3 minutes on one core for the default sizes (2,048 groups is 16,384 episodes).
+Needs nothing but prover-core; about two minutes on one core for the default sizes (2,048 groups is 16,384 episodes).
 """
 
 from __future__ import annotations

@@ -687,18 +687,18 @@ def test_the_ranking_reports_the_check_first_then_a_verdict_per_prover_arm(tmp_p
     prover = [a for a in script.RANK_ARMS if a not in (report.BASE, report.MATCHED)]
     assert len(verdicts) == len(prover) + 1
     for arm, line in zip(prover, verdicts, strict=False):
-        assert line == (
-            f"verdict: {arm} at lr 0.000333333: pays (minus budget-matched GRPO at equal policy "
-            "tokens +0.237 ± 0.003, 6 paired seeds; minus GRPO at equal policy tokens +0.200 ± 0.000)"
+        assert line == (  # what it compares first, the verdict word last
+            f"verdict: {arm} at lr 0.000333333, minus budget-matched GRPO at equal policy tokens +0.237 ± 0.003 "
+            "(6 paired seeds; minus GRPO at equal policy tokens +0.200 ± 0.000): pays"
         )
     control = next(x for x in lines if x.startswith("rule control: "))
     assert control.startswith(
-        "rule control: GRPO (G=4) itself at lr 0.000333333 under the same rule: pays (minus "
-        "budget-matched GRPO at equal policy tokens +0.037 ± 0.003); the rule favours"
+        "rule control: GRPO (G=4) itself at lr 0.000333333, minus budget-matched GRPO at equal policy tokens "
+        "+0.037 ± 0.003, under the same rule: pays; the rule favours"
     )
     assert lines.index(control) == len(prover) + 1  # right after the primary lr's verdicts
     # the secondary lr: ProVer at 0.2 under GRPO's final, far below budget-matched at its tokens
-    assert verdicts[-1].startswith(f"verdict: {script.DEFAULT} at lr 0.000111111: loses")
+    assert verdicts[-1].startswith(f"verdict: {script.DEFAULT} at lr 0.000111111, ") and verdicts[-1].endswith(": loses")
     assert "- 6 of 6 seeds finished." in lines and "- 5 of 6 seeds finished: provisional" in text
     assert text.index("[primary lr") < text.index("[secondary lr") < text.index("## R12 at the primary lr")
     empty = script.rank_report(tmp_path / "none", regime, range(32, 38), True, "cmd")

@@ -167,3 +167,31 @@ def test_the_readme_ranking_status_is_the_committed_seed_files() -> None:
     missing = [f for f in figures if f not in printed]
     assert not missing, f"README figures the ranking's report does not print: {missing}"
     assert "48 paired seeds" in paragraphs[0] and "--report-only" in paragraphs[0]
+
+
+def test_the_ceiling_figures_are_what_the_ceiling_report_prints() -> None:
+    """Every figure between ``<!-- ceiling figures: --seeds N -->`` and ``<!-- /ceiling figures -->`` in the README
+    and docs/benchmarks.md (each ``± `` pair and each percentage) is one that ``python benchmarks/llm_ceiling.py
+    --report-only --seeds N`` prints from the committed seed files; the seed count they state is N, and N seeds are
+    committed."""
+    from tests.conftest import load_script
+
+    script = load_script(ROOT / "benchmarks" / "llm_ceiling.py", "llm_ceiling")
+    regions = []
+    for path in (ROOT / "README.md", ROOT / "docs" / "benchmarks.md"):
+        regions += re.findall(
+            r"<!-- ceiling figures: --seeds (\d+)[^>]*-->(.*?)<!-- /ceiling figures -->", path.read_text(), re.S
+        )
+    assert len(regions) >= 3, regions
+    for n, text in regions:
+        seeds = int(n)
+        assert all((script.RESULTS / f"C1-seed{s}.json").exists() for s in script.SEEDS[:seeds])
+        printed = script.full_report(script.RESULTS, script.SEEDS[:seeds], script.R12_SEEDS[:seeds],
+                                     (script.SHARED_LR, script.R12_LR))  # fmt: skip
+        assert f"{seeds} of 48 seeds finished" in printed
+        figures = re.findall(r"[+-]\d\.\d{3} ± \d\.\d{3}", text) + re.findall(r"\d+\.\d\d%", text)
+        assert figures, text
+        missing = [f for f in figures if f not in printed]
+        assert not missing, f"ceiling figures the report (--seeds {seeds}) does not print: {missing}"
+        if f"{seeds} of 48" in text or "seeds" in text:
+            assert f"{seeds} of 48" in text, f"the region states another seed count than --seeds {seeds}"
