@@ -44,6 +44,7 @@ import logging
 import math
 import random
 import ssl
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -197,16 +198,80 @@ class AnswerTooLarge(Exception):
         self.limit = limit
 
 
+DECODED = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+"""The one layer of ``Content-Encoding`` an answer may carry (``identity`` aside), and its zlib window bits."""
+ACCEPT_ENCODING = "gzip, deflate"
+"""What the clients tell a server they decode (only what :class:`Inflater` bounds)."""
+
+
+class Inflater:
+    """Decodes one ``Content-Encoding`` layer (:data:`DECODED`) chunk by chunk, never holding more than ``limit``
+    decoded bytes: each chunk is inflated at most up to what is left under the limit (``zlib``'s ``max_length``), so
+    a small body that inflates to gigabytes costs at most ``limit`` bytes before :class:`AnswerTooLarge`."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.bits, self.limit, self.size = DECODED[encoding], limit, 0
+        self.zlib = zlib.decompressobj(self.bits)
+
+    def feed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            try:
+                piece = self.zlib.decompress(data, self.limit - self.size + 1)
+            except zlib.error:
+                if self.bits == zlib.MAX_WBITS and self.size == 0:  # "deflate" sent raw, without its zlib header
+                    self.bits, self.zlib = -zlib.MAX_WBITS, zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                raise
+            self.size += len(piece)
+            if self.size > self.limit:
+                raise AnswerTooLarge(self.limit)
+            out.append(piece)
+            data = self.zlib.unconsumed_tail
+            if not data and self.zlib.eof and self.zlib.unused_data:  # another gzip member follows
+                data, self.zlib = self.zlib.unused_data, zlib.decompressobj(self.bits)
+        return b"".join(out)
+
+
+def answer_encoding(response: httpx.Response) -> str | None:
+    """The answer's one decoded layer (:data:`DECODED`), ``None`` for none; :class:`AnswerEncodingError` for a coding
+    this client does not decode itself or for stacked layers (``gzip, gzip`` multiplies a bomb's ratio)."""
+    codings = [c.strip().lower() for c in response.headers.get_list("content-encoding", split_commas=True)]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings:
+        return None
+    if len(codings) > 1 or codings[0] not in DECODED:
+        raise AnswerEncodingError(
+            f"the answer's Content-Encoding {', '.join(codings)!r} is refused: this client decodes one layer of "
+            f"{', '.join(sorted(DECODED))} itself, under the answer cap, and nothing else"
+        )
+    return codings[0]
+
+
+class AnswerEncodingError(AnswerTooLarge):
+    """An answer whose ``Content-Encoding`` the client does not decode: refused unread like an answer past the cap
+    (each client raises its own "answer too large" error, whose message names the encoding)."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.limit = 0
+
+
 async def read_capped(client: httpx.AsyncClient, url: str, body: Any, max_bytes: int) -> httpx.Response:
-    """POST ``body`` as JSON and read the answer, at most ``max_bytes`` of it (decompressed); :class:`AnswerTooLarge`
-    past it, before the rest is read. The answer comes back as an ``httpx.Response`` holding the bytes read."""
-    async with client.stream("POST", url, json=body) as response:
+    """POST ``body`` as JSON and read the answer, at most ``max_bytes`` of it after decoding; :class:`AnswerTooLarge`
+    past it, before the rest is read. The raw bytes are read (httpx's own decoding inflates a whole network chunk
+    with no limit) and decoded here by :class:`Inflater`, one layer of :data:`DECODED` at most
+    (:func:`answer_encoding`). The answer comes back as an ``httpx.Response`` holding the decoded bytes."""
+    async with client.stream("POST", url, json=body, headers={"Accept-Encoding": ACCEPT_ENCODING}) as response:
+        encoding = answer_encoding(response)
         declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_bytes and "content-encoding" not in response.headers:
+        if declared.isdigit() and int(declared) > max_bytes:  # encoded or not: decoding only adds
             raise AnswerTooLarge(max_bytes)
+        inflater = Inflater(encoding, max_bytes) if encoding else None
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
+        async for raw in response.aiter_raw():
+            chunk = raw if inflater is None else inflater.feed(raw)
             size += len(chunk)
             if size > max_bytes:
                 raise AnswerTooLarge(max_bytes)
@@ -304,14 +369,19 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 
 
 __all__ = [
+    "ACCEPT_ENCODING",
     "CLIENT_CONNECTIONS",
+    "DECODED",
     "MAX_ANSWER_BYTES",
     "RETRIED_CONNECTION_ERRORS",
+    "AnswerEncodingError",
     "AnswerTooLarge",
+    "Inflater",
     "LoopPool",
     "LoopPools",
     "RetryPolicy",
     "Retryable",
+    "answer_encoding",
     "is_loopback",
     "parse_retry_after",
     "read_capped",

@@ -698,7 +698,9 @@ def test_the_ranking_reports_the_check_first_then_a_verdict_per_prover_arm(tmp_p
     )
     assert lines.index(control) == len(prover) + 1  # right after the primary lr's verdicts
     # the secondary lr: ProVer at 0.2 under GRPO's final, far below budget-matched at its tokens
-    assert verdicts[-1].startswith(f"verdict: {script.DEFAULT} at lr 0.000111111, ") and verdicts[-1].endswith(": loses")
+    assert verdicts[-1].startswith(f"verdict: {script.DEFAULT} at lr 0.000111111, ") and verdicts[-1].endswith(
+        ": loses"
+    )
     assert "- 6 of 6 seeds finished." in lines and "- 5 of 6 seeds finished: provisional" in text
     assert text.index("[primary lr") < text.index("[secondary lr") < text.index("## R12 at the primary lr")
     empty = script.rank_report(tmp_path / "none", regime, range(32, 38), True, "cmd")

@@ -15,6 +15,7 @@ import gzip
 import json
 import logging
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -493,3 +494,93 @@ def test_a_conventional_variable_name_is_still_named_in_the_error() -> None:
     config = LLMJudgeConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key_env="PROVER_NO_SUCH_KEY_123")
     with pytest.raises(ValueError, match="'PROVER_NO_SUCH_KEY_123'"):
         config.api_key()
+
+
+# -- decompression: the answer cap counts decoded bytes as they are decoded ------------------------------------------
+
+
+def _deflated(size: int, wbits: int) -> bytes:
+    """``size`` zero bytes compressed with ``wbits`` (31: gzip, 15: zlib-wrapped deflate, -15: raw deflate), built
+    a megabyte at a time so that the test itself never holds the inflated body."""
+    packer, out, chunk = zlib.compressobj(9, zlib.DEFLATED, wbits), [], b"\0" * 2**20
+    for _ in range(size // 2**20):
+        out.append(packer.compress(chunk))
+    return b"".join(out) + packer.flush()
+
+
+def _peak_while(run: Any) -> int:
+    """Peak bytes allocated by Python (tracemalloc) while ``run()`` runs."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding"),
+    [
+        (lambda: gzip.compress(_deflated(200 * 2**20, 31)), "gzip, gzip"),  # stacked: refused before decoding
+        (lambda: _deflated(200 * 2**20, 31), "gzip"),  # one layer inflating to 200 MiB: cut at the cap
+        (lambda: _deflated(200 * 2**20, 15), "deflate"),
+        (lambda: b"\x00" * 64, "br"),  # a coding the client does not decode itself
+    ],
+    ids=["gzip-gzip", "gzip-bomb", "deflate-bomb", "br"],
+)
+def test_a_compressed_answer_is_bounded_while_it_is_decoded(body: Any, encoding: str) -> None:
+    """A body of a few hundred KB on the wire that inflates to 200 MiB (or more, stacked) against a cap of 1 MiB:
+    the judge and the engine refuse it with their typed too-large errors, and the peak memory of the whole request
+    stays within a few MiB (httpx's own decoding inflated a whole network chunk first: a stacked ``gzip, gzip`` of 269
+    bytes reached about 142 MiB before the error). Stacked layers and codings other than gzip and deflate are
+    refused before any decoding, their message naming the encoding."""
+    reply = Reply(body=body(), headers={"Content-Encoding": encoding})
+    cap = 2**20
+    with ChatServer([reply]) as server:
+        judge = judge_for(server.url, max_answer_bytes=cap, max_attempts=1)
+        with pytest.raises(JudgeAnswerTooLargeError) as judged:
+            propose(judge)
+    with CompletionsServer(faults=[reply]) as completions:
+        engine = engine_for(completions.url, max_answer_bytes=cap, max_attempts=1)
+        with pytest.raises(EngineAnswerTooLargeError):
+            generate(engine)
+    if "," in encoding or encoding == "br":
+        assert "Content-Encoding" in str(judged.value) and encoding in str(judged.value)
+    else:
+        assert "larger than 1048576 bytes" in str(judged.value)
+
+
+@pytest.mark.parametrize("encoding", ["gzip, gzip", "gzip"])
+def test_the_peak_memory_of_a_bomb_stays_near_the_cap(encoding: str) -> None:
+    body = _deflated(200 * 2**20, 31)
+    reply = Reply(body=gzip.compress(body) if "," in encoding else body, headers={"Content-Encoding": encoding})
+    with ChatServer([reply]) as server:
+        judge = judge_for(server.url, max_answer_bytes=2**20, max_attempts=1)
+
+        def run() -> None:
+            with pytest.raises(JudgeAnswerTooLargeError):
+                propose(judge)
+
+        peak = _peak_while(run)
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB for a 1 MiB cap"
+
+
+@pytest.mark.parametrize("wbits", [31, 15, -15], ids=["gzip", "deflate", "raw-deflate"])
+def test_a_compressed_answer_within_the_cap_is_decoded(wbits: int) -> None:
+    """One layer of gzip or deflate (zlib-wrapped or raw, as servers send both) decodes to the same answer; two gzip
+    members one after the other decode whole."""
+    plain = json.dumps(answer(1, 2).body).encode()
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    body = packer.compress(plain) + packer.flush()
+    encoding = "gzip" if wbits == 31 else "deflate"
+    with ChatServer([Reply(body=body, headers={"Content-Encoding": encoding})]) as server:
+        got = propose(judge_for(server.url))
+    assert got.segment.start == 1 and got.segment.end == 2
+    from prover_core.connections import Inflater
+
+    half = len(plain) // 2
+    members = gzip.compress(plain[:half]) + gzip.compress(plain[half:])
+    inflater = Inflater("gzip", 10 * len(plain))
+    assert b"".join(inflater.feed(members[i : i + 7]) for i in range(0, len(members), 7)) == plain
