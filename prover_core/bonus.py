@@ -81,6 +81,7 @@ from prover_core.protocols import (
     described,
     require,
 )
+from prover_core.redaction import reported
 from prover_core.report import Direction, GroupRecord, Report
 from prover_core.restore import SnapshotEnv
 from prover_core.trigger import trigger
@@ -174,16 +175,18 @@ async def _propose_case(case: Case, judge: Judge, config: ProverConfig, clock: S
             raise fatal from exc
         if config.strict or fatal is not None:
             raise
-        logger.debug("group %s: propose failed, skipped: %s: %s", case.group_id, type(exc).__name__, exc)
-        return case.record("skipped", "propose", f"{type(exc).__name__}: {exc}")
-    if isinstance(answer, Decline):
-        logger.debug("group %s: the judge declined: %s", case.group_id, answer.reason)
-        return case.record("declined", "propose", answer.reason)
+        why = reported(f"{type(exc).__name__}: {exc}")  # a judge's error may carry a server's text
+        logger.debug("group %s: propose failed, skipped: %s", case.group_id, why)
+        return case.record("skipped", "propose", why)
+    if isinstance(answer, Decline):  # a decline's reason and a proposal's rationale are the judge's (a server's) text
+        why = reported(answer.reason)
+        logger.debug("group %s: the judge declined: %s", case.group_id, why)
+        return case.record("declined", "propose", why)
     segment = answer.segment
     logger.debug("group %s: proposed turns [%d, %d] of %s", case.group_id, segment.start, segment.end, case.examined.id)
     if case.control:
         return _control(case, segment, config)
-    return answer
+    return answer.model_copy(update={"rationale": reported(answer.rationale)})
 
 
 def _control(case: Case, nominated: Segment, config: ProverConfig) -> GroupRecord | Proposal:

@@ -56,7 +56,7 @@ import httpx
 from pydantic import SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from prover_core.redaction import Redactor, header_secrets, refuse_url_credentials
+from prover_core.redaction import Redactor, header_secrets, refuse_url_credentials, register
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class LoopPools:
     ) -> None:
         self.url = refuse_url_credentials(url)
         self.proxy = proxy
-        self.redact = Redactor([api_key, *header_secrets(headers or {}), proxy])
+        self.redact = register(Redactor([api_key, *header_secrets(headers or {}), proxy]))
         if api_key is not None:
             warn_plain_http_key(url)
         self.max_concurrency = max_concurrency

@@ -16,8 +16,10 @@ credentials, and scrubbing every form of a secret from the text of a message.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import weakref
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -109,13 +111,83 @@ class Redactor:
         return self(text).replace("\r", " ").replace("\n", " ")[:limit]
 
 
+_LIVE: weakref.WeakSet[Redactor] = weakref.WeakSet()
+THIRD_PARTY_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+    "hpack",
+)
+"""The loggers of the HTTP libraries the clients drive (httpx 0.28, httpcore 1.0: the names they log through; a
+logger's filters see only its own records, not its children's): at DEBUG they log headers verbatim, so a server
+echoing the key in a header would put it there; :class:`SecretFilter` scrubs them while a client holds secrets."""
+
+
+def register(redactor: Redactor) -> Redactor:
+    """Add ``redactor`` to the live ones that :func:`scrub` applies (while it lives: a client's) and make sure the
+    third-party loggers carry a :class:`SecretFilter`."""
+    if redactor:
+        _LIVE.add(redactor)
+        roots = {name.split(".")[0] for name in THIRD_PARTY_LOGGERS}
+        names = set(THIRD_PARTY_LOGGERS) | {  # and any other child already made
+            name for name in logging.Logger.manager.loggerDict if name.split(".")[0] in roots
+        }
+        for name in sorted(names):
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, SecretFilter) for f in logger.filters):
+                logger.addFilter(SecretFilter())
+    return redactor
+
+
+def scrub(text: str) -> str:
+    """``text`` with the secrets of every live client's :class:`Redactor` replaced by ``***``."""
+    for redactor in list(_LIVE):
+        text = redactor(text)
+    return text
+
+
+REPORTED_CHARS = 2_000
+"""The most characters of server-derived text (a judge's decline reason or rationale, an error's message) that a
+report, its JSON or a log line keeps."""
+
+
+def reported(text: str) -> str:
+    """Server-derived ``text`` as a report keeps it: every live secret scrubbed (:func:`scrub`), then at most
+    :data:`REPORTED_CHARS` characters, a cut marked with the full length."""
+    clean = scrub(text)
+    return clean if len(clean) <= REPORTED_CHARS else f"{clean[:REPORTED_CHARS]}… ({len(clean)} characters)"
+
+
+class SecretFilter(logging.Filter):
+    """Rewrites a record's message with :func:`scrub` (the arguments folded in first), so no live secret is logged
+    by a library the clients drive."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _LIVE:
+            message = record.getMessage()
+            clean = scrub(message)
+            if clean != message:
+                record.msg, record.args = clean, None
+        return True
+
+
 __all__ = [
     "MASK",
     "MIN_HEADER_SECRET",
+    "REPORTED_CHARS",
     "Redactor",
+    "SecretFilter",
+    "THIRD_PARTY_LOGGERS",
     "forms",
     "header_secrets",
     "read_key",
     "refuse_url_credentials",
+    "register",
+    "reported",
+    "scrub",
     "variable_name",
 ]

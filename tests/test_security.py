@@ -584,3 +584,62 @@ def test_a_compressed_answer_within_the_cap_is_decoded(wbits: int) -> None:
     members = gzip.compress(plain[:half]) + gzip.compress(plain[half:])
     inflater = Inflater("gzip", 10 * len(plain))
     assert b"".join(inflater.feed(members[i : i + 7]) for i in range(0, len(members), 7)) == plain
+
+
+# -- secrets in logs the library does not write itself, and server text in reports ---------------------------------
+
+ECHOED = "sk-live-0123456789ABCDEFechoed"
+"""A key written out literally (not derived from the redactor): what a hostile server echoes back."""
+
+
+def test_a_key_echoed_in_a_response_header_stays_out_of_httpcores_debug_log(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At DEBUG, httpcore logs every response header verbatim; a server that echoes the bearer key in one would put
+    it in the log. The clients' live secrets are scrubbed from the HTTP libraries' records (``SecretFilter``)."""
+    monkeypatch.setenv(VARIABLE, ECHOED)
+    caplog.set_level(logging.DEBUG)
+    reply = answer(1, 2)
+    echo = Reply(body=reply.body, headers={"X-Echo": f"Bearer {ECHOED}", "X-Key": ECHOED})
+    with ChatServer([echo]) as server:
+        judge = judge_for(server.url, api_key_env=VARIABLE)
+        propose(judge)
+    assert any(r.name.startswith("httpcore") for r in caplog.records)  # httpcore did log the exchange
+    assert ECHOED not in caplog.text and ECHOED[:12] not in caplog.text
+    assert "***" in caplog.text
+
+
+class Verbose:
+    """A judge whose decline reason or rationale is a server's text: an echoed key, then 4,000,000 characters."""
+
+    def __init__(self, decline: bool) -> None:
+        self.decline = decline
+
+    def propose(self, success: Any, failures: Any, rules: Any) -> Any:
+        from prover_core import Decline, Proposal, Segment
+
+        text = f"the server said {ECHOED} " + "x" * 4_000_000
+        if self.decline:
+            return Decline(reason=text)
+        return Proposal(segment=Segment(trajectory_id=success.id, start=1, end=1), rationale=text)
+
+
+@pytest.mark.parametrize("decline", [True, False], ids=["reason", "rationale"])
+def test_server_text_reaches_the_report_scrubbed_and_clipped(
+    decline: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A judge's decline reason and a proposal's rationale reach ``GroupRecord.reason``, the proposal, the report's
+    JSON and DEBUG lines with every live client's secret as ``***`` and at most ``REPORTED_CHARS`` characters."""
+    from prover_core.redaction import REPORTED_CHARS
+
+    monkeypatch.setenv(VARIABLE, ECHOED)
+    caplog.set_level(logging.DEBUG, logger="prover_core")
+    live = judge_for("http://127.0.0.1:9/v1", api_key_env=VARIABLE)  # a client holding the key, alive meanwhile
+    result = compute_bonus(make_group(), judge=Verbose(decline), continue_from=lambda t, turn, seed: turn >= 2)
+    (record,) = result.report.groups
+    text = record.reason if decline else record.proposal.rationale  # type: ignore[union-attr]
+    assert ECHOED not in text and "***" in text
+    assert len(text) <= REPORTED_CHARS + 40 and text.endswith("… (4000020 characters)")  # counted once scrubbed
+    dumped = result.report.model_dump_json()
+    assert ECHOED not in dumped and len(dumped) < 50_000 and ECHOED not in caplog.text
+    del live
