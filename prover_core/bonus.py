@@ -83,7 +83,7 @@ from prover_core.protocols import (
 )
 from prover_core.redaction import reported
 from prover_core.report import Direction, GroupRecord, Report
-from prover_core.restore import SnapshotEnv
+from prover_core.restore import ReplayEnv, SnapshotEnv
 from prover_core.trigger import trigger
 from prover_core.verify import verify_segment_detailed
 
@@ -317,6 +317,8 @@ async def run_pipeline(
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
             cache.clear()
+    restorers = [r for r in (env, getattr(executor, "snapshots", None)) if isinstance(r, ReplayEnv | SnapshotEnv)]
+    closes_before = sum(r.close_failures for r in restorers)
     groups = group_batch(trajectories)
     advantages = grpo_advantages(groups, normalize_std=config.normalize_std, eps=config.std_eps)
     everyone = [t for members in groups.values() for t in members]
@@ -374,6 +376,7 @@ async def run_pipeline(
     weights = {t.id: turn_weights(t) for t in everyone}
     total = time.perf_counter() - started
     report = Report(
+        env_close_failures=sum(r.close_failures for r in restorers) - closes_before,
         credit_mass=sum(float(np.abs(turn_bonus[tid]) @ w) for tid, w in weights.items()),
         advantage_mass=sum(abs(advantages[tid]) * float(w.sum()) for tid, w in weights.items()),
         batch_warnings=mistakes,

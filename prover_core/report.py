@@ -139,6 +139,10 @@ class Report(BaseModel):
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
     turn_budget: int | None = None
     """The call's cap on verification's policy turns (``max_extra_share x rollout_turns``), ``None`` uncapped."""
+    env_close_failures: int = 0
+    """``close()`` calls of environments the restorers made that raised during this call
+    (``ReplayEnv.close_failures`` / ``SnapshotEnv.close_failures``, counted here per call; logged as
+    ``env_close_failures``)."""
     credit_mass: float = 0.0
     """``sum |bonus|`` over the batch's trainable tokens (:func:`~prover_core.credit.credit_masses`), the numerator of
     ``credit_share``."""
@@ -268,6 +272,7 @@ class Report(BaseModel):
             ),
             "uncredited_turns": sum(len(g.uncredited_turns) for g in self.groups),
             "credit_share": self.credit_share,
+            "env_close_failures": self.env_close_failures,
             "trigger_share": self.trigger_share,
             "mean_segment_turns": (
                 sum(g.proposal.segment.num_turns for g in accepted if g.proposal) / len(accepted) if accepted else 0.0

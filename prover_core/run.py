@@ -175,6 +175,7 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         engine_stats=engine,
         turn_budget=sum(budgets) if budgets else None,
         batch_warnings=[w for r in reports for w in r.batch_warnings],
+        env_close_failures=sum(r.env_close_failures for r in reports),
         credit_mass=sum(r.credit_mass for r in reports),
         advantage_mass=sum(r.advantage_mass for r in reports),
     )

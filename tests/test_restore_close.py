@@ -253,6 +253,9 @@ def test_a_raising_close_keeps_the_outcomes_and_is_counted_and_logged_once(caplo
     assert all(np.array_equal(result.turn_advantages(t.id), clean.turn_advantages(t.id)) for t in BATCH)
     ledger.assert_each_closed_once()
     assert restorer.close_failures == len(ledger.made)
+    # the report counts the failures of this call: every environment made, each closed once, each raising
+    assert result.report.metrics()["prover/env_close_failures"] == len(ledger.made) > 0
+    assert clean.report.metrics()["prover/env_close_failures"] == 0
     warnings = [r.getMessage() for r in caplog.records if "close()" in r.getMessage()]
     assert warnings == [
         "Tracked.close() raised OSError: the game process is gone; the continuation's outcome is kept. "
