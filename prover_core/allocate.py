@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from prover_core.budget import expected_cost, plan
+from prover_core.budget import expected_cost, plan, upper_cost
 from prover_core.chance import Lift, is_control
 from prover_core.config import ProverConfig
 from prover_core.data import Proposal, Trajectory
@@ -75,6 +75,12 @@ class Case:
     control: bool = False
     """Verifies a random control segment of the judge's length (:mod:`prover_core.chance`)."""
     proposal: Proposal | None = None
+    cost: float | None = None
+    """The expected turns of its verification (:func:`~prover_core.budget.expected_cost`), once the turn cap's
+    plan has weighed it."""
+    reserve: int | None = None
+    """The turns its :class:`~prover_core.budget.GroupShare` reserves when admitted under the cap
+    (:func:`~prover_core.budget.upper_cost`)."""
 
     @cached_property
     def examined(self) -> Trajectory:
@@ -230,7 +236,14 @@ def budget(cases: list[Case], context: Context) -> tuple[list[Case], list[GroupR
         for c, cost, kept in zip(cases, costs, keep, strict=True)
         if not kept
     ]
-    return [c for c, kept in zip(cases, keep, strict=True) if kept], left
+    kept_cases = [
+        replace(c, cost=cost, reserve=upper_cost([t.num_turns for t in c.members], seg.start, seg.end, config.k))
+        for c, cost, kept, seg in zip(
+            cases, costs, keep, [c.proposal.segment for c in cases if c.proposal], strict=True
+        )
+        if kept
+    ]
+    return kept_cases, left
 
 
 def turn_cap_of(config: ProverConfig, rollout_turns: int) -> int | None:

@@ -56,13 +56,22 @@ import numpy as np
 from numpy.typing import NDArray
 
 from prover_core._aio import resolve, run_sync
-from prover_core.allocate import AFTER_PROPOSE, BEFORE_PROPOSE, Case, Context, allocate, draw_seed, turn_cap_of
+from prover_core.allocate import (
+    AFTER_PROPOSE,
+    BEFORE_PROPOSE,
+    Case,
+    Context,
+    allocate,
+    draw_seed,
+    turn_cap_of,
+    unverified,
+)
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
-from prover_core.budget import TurnBudget
+from prover_core.budget import Admission, TurnBudget
 from prover_core.chance import Lift, control_segment
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
-from prover_core.continuations import Continuer, counted, make_continuer, usage_error
+from prover_core.continuations import Continuer, counted, make_continuer, metered, usage_error
 from prover_core.credit import segment_bonus, spread_to_tokens, turn_weights
 from prover_core.data import Decline, Proposal, Segment, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
@@ -355,9 +364,28 @@ async def run_pipeline(
     limit, rounds = asyncio.Semaphore(config.concurrency_for(len(proposed))), tally.clock
     budget = None if context.turn_cap is None else TurnBudget(context.turn_cap)
 
+    # under a planned cap, groups whose turns are taken one by one (metered) are admitted while what is left covers
+    # their reservation, each spending its own share first (a hook reserves a whole turn limit per continuation)
+    admission = Admission(budget) if budget is not None and metered(continuer) else None
+
     async def verified(case: Case) -> None:
         assert case.proposal is not None
-        record, credit = await _verify_case(case, case.proposal, continuer, config, limit, (stages, rounds), budget)
+        share = None
+        if admission is not None and case.reserve is not None:
+            share = await admission.enter(case.reserve)
+            if share is None:
+                reason = (f"budget: not started, the cap's {budget.left if budget else 0} turns left cannot cover "
+                          f"the {case.reserve} it reserves (max_extra_share={config.max_extra_share})")  # fmt: skip
+                records[case.group_id] = left_out = unverified(case, "verify", reason)
+                tally.group_finished(left_out)
+                return
+        try:
+            record, credit = await _verify_case(
+                case, case.proposal, continuer, config, limit, (stages, rounds), share or budget
+            )
+        finally:
+            if share is not None and admission is not None:
+                await admission.leave(share)
         records[case.group_id] = record
         if credit is not None:  # 4. Credit
             turn_bonus[credit[0]] = credit[1]

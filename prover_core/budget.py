@@ -21,13 +21,23 @@ says ``budget`` and keeps GRPO credit.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 
 from prover_core.acceptance import AcceptanceRule, Direction
 from prover_core.errors import BudgetExhaustedError
 
-__all__ = ["TurnBudget", "expected_cost", "plan", "settled_by", "stopped_counts"]
+__all__ = [
+    "Admission",
+    "GroupShare",
+    "TurnBudget",
+    "expected_cost",
+    "plan",
+    "settled_by",
+    "stopped_counts",
+    "upper_cost",
+]
 
 
 class TurnBudget:
@@ -56,6 +66,75 @@ class TurnBudget:
     @property
     def left(self) -> int:
         return self.limit - self.used
+
+
+class GroupShare(TurnBudget):
+    """One verification's part of the call's budget (``budget_plan`` other than ``off``, continuations that take
+    their turns one by one: env and policy, ``LocalExecutor``; a hook's reservation of a whole turn limit per
+    continuation draws on the pool as before): the turns the plan expects
+    it to cost, taken from ``pool`` when it starts. Past them it draws on what the pool has left, and its unused
+    part goes back to the pool when it ends (:meth:`release`), where a group still running may use it. So an
+    overrun stops the group that overran once nothing is left, instead of every group still running: turns are spent
+    on groups that can finish. The turns taken still never exceed the pool's cap."""
+
+    def __init__(self, pool: TurnBudget, expected: int) -> None:
+        reserved = max(0, min(expected, pool.left))
+        pool.take(reserved)
+        super().__init__(reserved)
+        self.pool, self.borrowed = pool, 0
+
+    def take(self, turns: int = 1) -> bool:
+        if super().take(turns):
+            return True
+        if self.pool.take(turns):
+            with self._lock:
+                self.borrowed += turns
+            return True
+        return False
+
+    def give_back(self, turns: int) -> None:
+        with self._lock:
+            back = min(turns, self.borrowed)
+            self.borrowed -= back
+        self.pool.give_back(back)
+        super().give_back(turns - back)
+
+    @property
+    def left(self) -> int:
+        return super().left + self.pool.left
+
+    def release(self) -> None:
+        """The verification ended: its unused part goes back to the pool."""
+        with self._lock:
+            unused, self.limit = self.limit - self.used, self.used
+        self.pool.give_back(unused)
+
+
+class Admission:
+    """Starts planned verifications one share at a time (:class:`GroupShare`, ``reserve`` turns each) while what is
+    left of the call's cap covers the next one's reservation; the others wait for running verifications to end and
+    give back what they did not use. One that nothing left running could make room for is never started
+    (:meth:`enter` returns ``None``: the group stays unverified, no turn spent on it). Near the cap, verifications
+    therefore run in waves (more rounds of policy calls) instead of all at once and mostly cut short."""
+
+    def __init__(self, pool: TurnBudget) -> None:
+        self.pool, self.running = pool, 0
+        self._changed = asyncio.Condition()
+
+    async def enter(self, reserve: int) -> GroupShare | None:
+        async with self._changed:
+            while self.pool.left < reserve:
+                if self.running == 0:
+                    return None
+                await self._changed.wait()
+            self.running += 1
+            return GroupShare(self.pool, reserve)
+
+    async def leave(self, share: GroupShare) -> None:
+        share.release()
+        async with self._changed:
+            self.running -= 1
+            self._changed.notify_all()
 
 
 def settled_by(
@@ -95,9 +174,17 @@ def stopped_counts(pre: Sequence[object], post: Sequence[object]) -> tuple[int, 
 def expected_cost(lengths: Sequence[int], start: int, end: int, k: int) -> float:
     """What verifying ``[start, end]`` is expected to cost before it runs: ``k`` continuations from each boundary,
     each as long as the turns the group's recorded runs had left after it, ``mean_i max(1, T_i - b)`` for
-    ``b = start`` and ``b = end + 1`` (an upper estimate: curtailment often saves one boundary's share)."""
+    ``b = start`` and ``b = end + 1``. An estimate, not a bound: curtailment often saves one boundary's share, but a
+    continuation may run longer than the recorded runs did (on the vault it fell short of what was spent)."""
     left = [sum(max(1, t - b) for t in lengths) / len(lengths) for b in (start, end + 1)]
     return k * sum(left)
+
+
+def upper_cost(lengths: Sequence[int], start: int, end: int, k: int) -> int:
+    """A cautious estimate for reserving turns: ``k`` continuations from each boundary, each as long as the
+    *longest* of the group's recorded runs had left, ``max_i max(1, T_i - b)``. Still not a bound (a continuation may
+    outlast every recorded run); :class:`Admission` reserves it, and what a verification does not use goes back."""
+    return k * sum(max(max(1, t - b) for t in lengths) for b in (start, end + 1))
 
 
 def plan(costs: Sequence[float], scores: Sequence[float], cap: int) -> list[bool]:

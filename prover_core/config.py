@@ -64,8 +64,12 @@ class ProverConfig(BaseModel):
     ``random``: a hash of seed, group id and the examined run's content; ``planner``: expected credit per expected
     turn, ``L (1 - p) / cost`` for a gain with segment length ``L`` and success rate ``p``, ``L p / cost`` for a
     drop) are kept while their expected cost (:func:`~prover_core.budget.expected_cost`) fits the cap; the rest
-    are ``unverified`` (GRPO credit). Every plan beat ``off`` at caps of 5-20% on the exact suites, and none beat
-    the batch's order at every cap (docs/verification.md, ``benchmarks/budget_rules.py``)."""
+    are ``unverified`` (GRPO credit). Where continuations take their turns one by one (env and policy), the kept
+    groups are then admitted while what is left covers each one's cautious reservation
+    (:class:`~prover_core.budget.Admission`, :func:`~prover_core.budget.upper_cost`), each spending its own share
+    first, so near the cap they run in waves rather than all be cut short. Every plan beat ``off`` at caps of 5-20%
+    on the exact suites, and none beat the batch's order at every cap (docs/verification.md,
+    ``benchmarks/budget_rules.py``)."""
 
     # Propose: admissible segments.
     max_segment_turns: int = Field(default=4, ge=1)

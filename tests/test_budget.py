@@ -170,7 +170,12 @@ def test_a_planned_cap_verifies_what_fits_and_leaves_the_rest_unverified(rule: s
         cap = int(share * ROLLOUT_TURNS)
         assert policy.calls <= cap and r.report.metrics()["prover/policy_turns"] <= cap
         planned = [g for g in r.report.groups if g.status == "unverified"]
-        assert all(g.proposal is not None and f"budget plan ({rule})" in g.reason for g in planned)
+        # left out by the plan, or planned and never admitted (what was left could not cover its reservation)
+        assert all(
+            g.proposal is not None
+            and (f"budget plan ({rule})" in g.reason or g.reason.startswith("budget: not started"))
+            for g in planned
+        )
         costs = [
             expected_cost([t.num_turns for t in BATCH if t.group_id == g.group_id], s.start, s.end, 4)
             for g in r.report.groups
@@ -232,3 +237,65 @@ def test_every_turn_of_a_group_the_cap_left_undecided_is_wasted_by_hand() -> Non
     assert g.status == "skipped" and "budget" in g.reason and g.verify_stats is not None
     assert g.verify_stats.failures.get("budget") == 1 and g.verify_stats.budget_turns == 0
     assert m["prover/budget_wasted_turns"] == 9 and m["prover/groups_skipped_budget"] == 1
+
+
+def test_a_groups_share_spends_its_own_part_then_the_pools_and_gives_back_the_rest() -> None:
+    """By hand: a pool of 10; A's share reserves 4, B's 4 (2 left in the pool). A takes 6 (its 4, then the pool's 2);
+    a 7th is refused while B runs; B ends having used 3 of its 4, whose 1 goes back; A then takes it. Giving back
+    returns the borrowed turns to the pool first. Never more than 10 taken in all."""
+    from prover_core.budget import GroupShare
+
+    pool = TurnBudget(10)
+    a, b = GroupShare(pool, 4), GroupShare(pool, 4)
+    assert pool.left == 2 and a.left == 4 + 2
+    assert all(a.take() for _ in range(6)) and a.borrowed == 2 and pool.left == 0
+    assert not a.take()
+    assert all(b.take() for _ in range(3))
+    b.release()
+    assert pool.left == 1 and a.take() and pool.left == 0 and not a.take()
+    a.give_back(2)  # a reservation's unused part: the borrowed turns go back to the pool first
+    assert pool.left == 2 and a.borrowed == 1
+    assert GroupShare(pool, 5).limit == 2  # a share never reserves more than the pool has left
+
+
+@pytest.mark.parametrize("rule", ["batch", "planner"])
+def test_a_planned_cap_with_shares_never_spends_past_the_cap(rule: str) -> None:
+    """Every cap from 0 to 50%, the plan on (each verified group its own share of the budget): the policy calls made
+    never exceed the cap."""
+    for share in SHARES:
+        policy = CountingPolicy()
+        r = capped(share, policy, budget_plan=rule)
+        cap = int(share * ROLLOUT_TURNS)
+        assert policy.calls <= cap and r.report.metrics()["prover/policy_turns"] <= cap, share
+
+
+def test_admission_starts_a_share_only_while_what_is_left_covers_it() -> None:
+    """By hand: a pool of 10 turns, two verifications reserving 6 each. The first is admitted (4 left); the second
+    waits; the first ends having used 3, giving back 3 (7 left), and the second is admitted (1 left). Once it ends
+    unused (7 left), a third reserving 11 with nothing running is never started (``None``): nothing could make
+    room."""
+    from prover_core.budget import Admission
+
+    async def scenario() -> list[object]:
+        pool = TurnBudget(10)
+        admission = Admission(pool)
+        events: list[object] = []
+        first = await admission.enter(6)
+        assert first is not None and pool.left == 4
+
+        async def second() -> None:
+            share = await admission.enter(6)
+            events.append(("second admitted", pool.left))
+            assert share is not None
+            await admission.leave(share)
+
+        waiting = asyncio.create_task(second())
+        await asyncio.sleep(0)
+        events.append("second waits")
+        assert all(first.take() for _ in range(3))
+        await admission.leave(first)
+        await waiting
+        events.append(await admission.enter(11))
+        return events
+
+    assert asyncio.run(scenario()) == ["second waits", ("second admitted", 1), None]
