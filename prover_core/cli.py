@@ -14,12 +14,22 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
+
+from prover_core.progress import Progress, format_progress
 
 if TYPE_CHECKING:
     from prover_core.judges.llm import LLMJudge
 
-__all__ = ["add_llm_judge_options", "build_parser", "llm_judge_from_args", "main", "positive_float", "positive_int"]
+__all__ = [
+    "DemoProgress",
+    "add_llm_judge_options",
+    "build_parser",
+    "llm_judge_from_args",
+    "main",
+    "positive_float",
+    "positive_int",
+]
 
 
 def _version() -> str:
@@ -141,6 +151,19 @@ def llm_judge_from_args(parser: argparse.ArgumentParser, args: argparse.Namespac
 BENCH_INSTALL = "pip install -e . -e ./benchmarks  (from a checkout: the prover-bench distribution)"
 
 
+class DemoProgress:
+    """``prover demo``'s progress on stderr, for a long run only: a line (:func:`~prover_core.progress.format_progress`)
+    once the call has run ``after`` seconds, then at most every ``every`` seconds; a short run prints none."""
+
+    def __init__(self, stream: TextIO | None = None, after: float = 2.0, every: float = 2.0) -> None:
+        self.stream, self.next, self.every = stream, after, every
+
+    def __call__(self, event: Progress) -> None:
+        if event.seconds >= self.next:
+            self.next = event.seconds + self.every
+            print(f"prover demo: {format_progress(event)}", file=self.stream or sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``prover argv`` (default: the command line); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -153,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from prover_core.demo.run import render, render_skips, run_demo
 
         llm = llm_judge_from_args(parser, args)
-        run = run_demo(args.groups, args.group_size, args.k, args.seed, args.judge, custom_judge=llm)
+        run = run_demo(args.groups, args.group_size, args.k, args.seed, args.judge, custom_judge=llm,
+                       progress=DemoProgress())  # fmt: skip
         report = run.result.report
         if args.json:
             print(json.dumps(report.metrics(), indent=2))

@@ -45,8 +45,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from prover_core.data import Trajectory, json_plain
-from prover_core.errors import MissingReseedError, ProverError, ReplayMismatchError, RestoreError
-from prover_core.protocols import Closable, Step
+from prover_core.errors import MissingReseedError, ProtocolError, ProverError, ReplayMismatchError, RestoreError
+from prover_core.protocols import Closable, Step, described
 
 __all__ = [
     "Env",
@@ -285,6 +285,11 @@ class ReplayEnv:
             )
         try:
             env = self.make_env()
+            if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+                raise ProtocolError(  # a setup error for every group alike: refused, never a skip per group
+                    f"make_env() returned {described(env)}, which has no reset(spec) and step(action): ReplayEnv and "
+                    "SnapshotEnv replay an environment through them (docs/environments.md)"
+                )
             try:
                 step = env.reset(trajectory.reset)
                 for t in range(turn + 1):

@@ -135,3 +135,21 @@ def test_judge_concurrency_caps_requests_in_flight(capsys: pytest.CaptureFixture
         assert main(argv) == 0
     assert len(server.requests) >= 3 and peak[0] == 2
     assert f"{len(server.requests)} declined" in capsys.readouterr().out
+
+
+def test_the_demo_reports_progress_on_a_long_run_only() -> None:
+    """``prover demo``'s progress on stderr (``cli.DemoProgress``): nothing in the first 2 s of the call (the default
+    demo takes a fraction of a second and prints none), then a line at most every 2 s of the call's own clock."""
+    import io
+
+    from prover_core.cli import DemoProgress
+    from prover_core.progress import Progress
+
+    out = io.StringIO()
+    progress = DemoProgress(out)
+    for seconds in (0.1, 1.9, 2.0, 2.5, 3.9, 4.0, 7.5):
+        progress(Progress(3, 40, None, seconds, "round", continuations=10, rounds=4))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3  # at 2.0, 4.0 and 7.5 s
+    assert all(line.startswith("prover demo: verifying: round 4 of policy calls") for line in lines)
+    assert "3/40 eligible groups done, 7.5 s" in lines[-1]

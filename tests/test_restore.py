@@ -1,6 +1,7 @@
 """Replay and snapshot restoration on the vault: exact states, typed errors, independent futures."""
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,22 @@ def test_snapshot_cache_is_bounded() -> None:
     assert len(snap._snapshots) == 2
     snap.clear()
     assert not snap._snapshots
+
+
+@pytest.mark.parametrize("restorer", [ReplayEnv, SnapshotEnv])
+def test_an_environment_without_reset_is_refused_not_skipped_group_by_group(restorer: Any) -> None:
+    """``make_env`` returning an object with ``step`` but no ``reset``: the first restore raises a ``ProtocolError``
+    naming what it returned, and ``compute_bonus`` raises it (a setup error), instead of skipping every group."""
+    from prover_core import ChoiceJudge, ProtocolError, compute_bonus
+    from prover_core.demo import VaultBatchPolicy
+    from prover_core.demo.run import rollout_batch
+
+    class NoReset:
+        def step(self, action: str) -> None: ...
+
+    with pytest.raises(ProtocolError, match=r"NoReset.*no reset"):
+        restorer(NoReset).restore(TRAJ, 1, seed=0)
+    with pytest.raises(ProtocolError, match="no reset"):
+        compute_bonus(
+            rollout_batch(MDP, 4, 8, 0), judge=ChoiceJudge(), env=restorer(NoReset), policy=VaultBatchPolicy()
+        )

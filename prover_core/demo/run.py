@@ -13,6 +13,7 @@ from prover_core.data import Trajectory
 from prover_core.demo._finite_mdp import MDPEnv, exact_success_probability
 from prover_core.demo.vault import VaultBatchPolicy, VaultMDP, vault_policy
 from prover_core.judges import make_judge
+from prover_core.progress import ProgressFn
 from prover_core.protocols import Judge
 from prover_core.record import record_episode
 from prover_core.report import Report
@@ -88,9 +89,11 @@ def run_demo(
     seed: int = 0,
     judge: str = "choice",
     custom_judge: Judge | None = None,
+    progress: ProgressFn | None = None,
 ) -> DemoRun:
     """Roll out a batch of the vault, run compute_bonus on it with the judge registered as ``judge``
-    (:mod:`prover_core.judges.registry`); ``custom_judge`` replaces the named one."""
+    (:mod:`prover_core.judges.registry`); ``custom_judge`` replaces the named one; ``progress`` as
+    :func:`~prover_core.compute_bonus` takes it."""
     mdp = VaultMDP()
     trajectories = rollout_batch(mdp, groups, group_size, seed)
     named = make_judge(judge, seed)  # an unknown name raises ValueError
@@ -102,6 +105,7 @@ def run_demo(
         env=SnapshotEnv(lambda: MDPEnv(mdp)),
         policy=VaultBatchPolicy(),  # one act_batch call per round of continuations
         config=ProverConfig(k=k, seed=seed),
+        progress=progress,
     )
     return DemoRun(mdp, trajectories, result, judge, k)
 
