@@ -82,6 +82,31 @@ class LuckyDoor:
         self.lucky = False
 
 
+class PushDoor:
+    """Three turns: in the hall, at the door, then through it. Success iff the action at the door (turn 1) says
+    ``push``: the one decision that matters, learnable (a random tiny model says it about one time in eight in a
+    three-word action). Deterministic: no luck to reseed."""
+
+    def __init__(self) -> None:
+        self.t, self.open = 0, False
+
+    def reset(self, spec: Mapping[str, Any]) -> Step:
+        self.t, self.open = 0, False
+        return Step(observation="hall")
+
+    def step(self, action: Any) -> Step:
+        self.t += 1
+        if self.t == 1:
+            return Step(observation="door")
+        if self.t == 2:
+            self.open = "push" in str(action).split()
+            return Step(observation="open" if self.open else "shut")
+        return Step(observation="end", done=True, success=self.open)
+
+    def reseed(self, seed: int) -> None:
+        """Nothing to reseed: the environment draws no randomness."""
+
+
 class FixedJudge:
     """Always proposes turns ``start..end`` of the successful run (the library re-checks the rules)."""
 
