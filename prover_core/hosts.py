@@ -35,7 +35,7 @@ from prover_core.judges import default_judge
 from prover_core.protocols import Closable, ContinueFn, Judge, Policy, PolicyContext, RestorableEnv, Step
 from prover_core.report import GroupRecord, Report
 from prover_core.restore import Env, ReplayEnv
-from prover_core.run import ProverRun
+from prover_core.run import ProverRun, merge_reports
 from prover_core.trigger import is_eligible, representative, success_rate
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "group_batch",
     "is_eligible",
     "mask_runs",
+    "merge_reports",
     "representative",
     "resolve",
     "require_hosts",

@@ -25,6 +25,7 @@ from prover_core.hosts import (
     spans_off_mask,
     success_rate,
 )
+from prover_core.hosts import merge_reports as core_merge_reports
 from prover_engine.parity import merge_metrics
 from prover_trl.errors import ProverTRLError
 from prover_trl.spans import check_spans
@@ -141,28 +142,8 @@ def owners(trajectories: Sequence[Trajectory | None], rows_per_process: int, con
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:
-    """One report from the per-process reports (groups concatenated, counts and judge stats summed;
-    stage times are the longest of any process, as the processes verify at the same time; the
-    continuation policy's parity figures merged)."""
-    stats: dict[str, float] = {}
-    timings: dict[str, float] = {}
-    for r in reports:
-        for k, v in r.judge_stats.items():
-            stats[k] = stats.get(k, 0.0) + v
-        for k, v in r.timings.items():
-            timings[k] = max(timings.get(k, 0.0), v)
-    return Report(
-        groups=[g for r in reports for g in r.groups],
-        judge_calls=sum(r.judge_calls for r in reports),
-        rollout_turns=sum(r.rollout_turns for r in reports),
-        rollout_episodes=sum(r.rollout_episodes for r in reports),
-        rollout_rounds=max((r.rollout_rounds for r in reports), default=0),
-        judge_stats=stats,
-        timings=timings,
-        engine_stats=merge_metrics([r.engine_stats for r in reports]),
-        turn_budget=(  # each process's cap is its share of its own rollout's turns: the caps add up
-            sum(r.turn_budget for r in reports if r.turn_budget is not None)
-            if any(r.turn_budget is not None for r in reports)
-            else None
-        ),
-    )
+    """One report from the per-process reports: the core's :func:`~prover_core.merge_reports` (groups concatenated,
+    counts and judge stats summed, stage times the longest, turn caps added), with the continuation policy's parity
+    figures merged as :func:`~prover_engine.parity.merge_metrics` does (means weighted, not summed)."""
+    merged = core_merge_reports(reports)
+    return merged.model_copy(update={"engine_stats": merge_metrics([r.engine_stats for r in reports])})
