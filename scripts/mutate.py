@@ -193,6 +193,43 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/adapters/test_trl_masking.py",),
         env="trl",
     ),
+    # -- issue 51-53: the credit's size, the allocation chain, the turn cap's shares (prover_core/credit.py, budget.py,
+    # report.py, allocate.py)
+    Mutant(
+        "credit-mass-signed",
+        "prover_core/credit.py",
+        "return float(np.abs(b[m]).sum()), float(np.abs(a[m]).sum())",
+        "return float(b[m].sum()), float(np.abs(a[m]).sum())",
+        ("tests/test_credit_share.py",),
+    ),
+    Mutant(
+        "admission-ignores-what-is-left",
+        "prover_core/budget.py",
+        "while self.pool.left < reserve:",
+        "while False:",
+        ("tests/test_budget.py",),
+    ),
+    Mutant(
+        "share-never-gives-back",
+        "prover_core/budget.py",
+        "unused, self.limit = self.limit - self.used, self.used",
+        "unused = 0",
+        ("tests/test_budget.py",),
+    ),
+    Mutant(
+        "wasted-counts-only-stopped-turns",
+        "prover_core/report.py",
+        'return v.policy_turns if group.status == "skipped" else stats.budget_turns',
+        "return stats.budget_turns",
+        ("tests/test_budget.py",),
+    ),
+    Mutant(
+        "throttle-ignores-the-window",
+        "prover_core/allocate.py",
+        "if low > 0:\n        return cases, []",
+        "if low > 0 or True:\n        return cases, []",
+        ("tests/test_judge_lift.py",),
+    ),
 )
 
 EQUIVALENT: dict[str, str] = {}
@@ -200,7 +237,7 @@ EQUIVALENT: dict[str, str] = {}
 
 
 def python_for(env: str) -> Path:
-    default = ROOT / ".venv" / env / "bin" / "python"
+    default = ROOT / ".venvs" / env / "bin" / "python"  # where scripts/test builds them
     return Path(os.environ.get(f"PROVER_{env.upper()}_PYTHON", default))
 
 

@@ -68,6 +68,8 @@ def test_credit_share_is_the_same_sum_over_host_tensors() -> None:
     assert credit_masses(bonus + 9 * ~mask, base + 9 * ~mask, mask) == pytest.approx((2.0, 36.75))
     with pytest.raises(ValueError, match="one shape"):
         credit_masses(bonus[:, :3], base, mask)
+    # both signs count by their size: a debit (negative credit) does not cancel a bonus, nor a negative advantage
+    assert credit_masses([[-1.0, 2.0, 5.0]], [[1.0, -1.0, 9.0]], [[1, 1, 0]]) == (3.0, 2.0)
 
 
 def test_turn_weights_count_a_turn_without_span_once() -> None:
