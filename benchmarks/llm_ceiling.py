@@ -179,11 +179,8 @@ def seed_job(regime: lr_.Regime, seed: int, lr: float, arms: Sequence[str], extr
         lr_.threads()
         runs.append(train_run(make_arm(name, extra), params, seed, lr, steps, eval_at, size.eval_tasks,
                               size.eval_samples, success, regime.tasks_per_step, variant=regime.variant))  # fmt: skip
-    record = {"regime": regime.name, "seed": seed, "lr": lr, "start": success, "runs": [compact(r) for r in runs]}
-    out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(record, separators=(",", ":")) + "\n")
-    tmp.replace(out)
+    lr_.write_seed(path, {"regime": regime.name, "seed": seed, "lr": lr, "start": success,
+                          "runs": [compact(r) for r in runs]})  # fmt: skip
     return path
 
 

@@ -755,12 +755,18 @@ def rank_seed(
     worker itself (atomically), so that a stopped run keeps every seed it finished."""
     params, success = start(regime, seed, size, cache)
     runs = [job(regime, a, group_of(regime, a), lr, seed, params, success, size) for a in arms]
-    record = {"regime": regime.name, "seed": seed, "lr": lr, "start": success, "runs": [compact(r) for r in runs]}
+    write_seed(path, {"regime": regime.name, "seed": seed, "lr": lr, "start": success,
+                      "runs": [compact(r) for r in runs]})  # fmt: skip
+    return path
+
+
+def write_seed(path: str, record: dict[str, Any]) -> None:
+    """``record`` as compact JSON at ``path``, atomically (a temporary file, then a rename), so that a stopped run
+    never leaves half a seed behind."""
     out = Path(path)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(record, separators=(",", ":")) + "\n")
     tmp.replace(out)
-    return path
 
 
 REQUIRED_LOG_FIELDS = ("rollout_turns", "extra_turns", "rollout_tokens", "extra_tokens", "train_success")
