@@ -47,6 +47,7 @@ from prover_core.errors import (
 )
 from prover_core.executors import LocalExecutor, RayExecutor
 from prover_core.grpo import group_advantages, grpo_advantages
+from prover_core.isolate import IsolatedEnv
 from prover_core.judges import AnchorJudge, ChoiceJudge, DivergenceJudge, FirstOf, RandomJudge, default_judge
 from prover_core.progress import Progress
 from prover_core.protocols import (
@@ -101,6 +102,7 @@ __all__ = [
     "InvalidBatchError",
     "InvalidOutcomeError",
     "InvalidSegmentError",
+    "IsolatedEnv",
     "Judge",
     "JudgeAnswerTooLargeError",
     "JudgeError",

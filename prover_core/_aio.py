@@ -77,7 +77,8 @@ async def in_thread(fn: Callable[..., Any], *args: Any, label: str | None = None
         raise ThreadsExhaustedError(
             f"{blocked} threads abandoned at their time limit are still blocked in {name}; no more are started "
             f"for it until they end (MAX_BLOCKED_THREADS = {MAX_BLOCKED_THREADS}). A call that can hang needs a "
-            "time limit of its own, or RayExecutor, which kills the worker"
+            "time limit of its own; run an environment that can hang as IsolatedEnv(factory) (prover_core.isolate) "
+            "or with RayExecutor, whose worker processes are killed at the limit"
         )
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()

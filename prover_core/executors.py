@@ -52,7 +52,7 @@ from prover_core.errors import (
     WorkerLostError,
 )
 from prover_core.protocols import BatchPolicy, ContinueFn, Policy, RestorableEnv
-from prover_core.restore import LiveEpisode, SnapshotEnv, content_key
+from prover_core.restore import LiveEpisode, SnapshotEnv, _Owned, content_key
 
 RestorableEnvFactory = Callable[[], RestorableEnv]
 PolicyFactory = Callable[[], Policy | BatchPolicy]
@@ -137,10 +137,12 @@ class LocalExecutor:
 
 
 class _Restored:
-    """A :class:`RestorableEnv` over one already restored episode (a snapshot unpickled on a worker)."""
+    """A :class:`RestorableEnv` over one already restored episode (a snapshot unpickled on a worker). The unpickled
+    copy is this continuation's own: ``owned`` closes its environment once the episode ends or is garbage."""
 
-    def __init__(self, episode: LiveEpisode) -> None:
+    def __init__(self, episode: LiveEpisode, owned: _Owned) -> None:
         self.episode = episode
+        episode.release = owned.own(episode, episode.env)
 
     def restore(self, trajectory: Trajectory, turn: int, seed: int) -> LiveEpisode:
         reseed = getattr(self.episode.env, "reseed", None)
@@ -158,6 +160,8 @@ class _Worker:
 
     def __init__(self, factories: bytes, max_turns: int) -> None:
         self.setup_error: tuple[str, str] | None = None
+        self.owned = _Owned("RayExecutor's worker")
+        """The snapshot copies this worker unpickled and has not closed yet (``owned.failures``: closes that raised)."""
         self.continuer: Continuer | None = None
         self.policy: Policy | BatchPolicy | None = None
         self.max_turns = max_turns
@@ -200,7 +204,7 @@ class _Worker:
             episode = pickle.loads(snapshot)
         except Exception as exc:
             return ("restore", type(exc).__name__, f"could not unpickle the snapshot: {exc}")
-        restored = make_continuer(_Restored(episode), self.policy, max_turns=self.max_turns)
+        restored = make_continuer(_Restored(episode, self.owned), self.policy, max_turns=self.max_turns)
         return _guarded(restored, trajectory, turn, seed, replay)
 
 

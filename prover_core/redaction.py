@@ -9,19 +9,25 @@ credentials, and scrubbing every form of a secret from the text of a message.
   credentials replaced by ``***``); keys travel in ``Authorization`` headers, never in URLs, which reach
   reprs, logs and reports.
 * :class:`Redactor`: replaces each secret in a text by ``***`` in every form it may take in a message: raw,
-  ``repr``-escaped, JSON-escaped and percent-encoded. A message is redacted whole, before any excerpt is cut
-  (:meth:`Redactor.excerpt`), so a secret across the cut cannot keep a prefix.
+  ``repr``-escaped, JSON-escaped, percent-encoded (``/`` escaped or kept) and form-encoded (``+`` for a space);
+  for a URL with ``user:password@`` (a proxy's), also those credentials as they travel in its
+  ``Proxy-Authorization: Basic`` header. Every character inside an occurrence is masked, so occurrences that
+  overlap or nest (a key inside a longer header value, two secrets sharing characters) leave no part of either.
+  A message is redacted whole, before any excerpt is cut (:meth:`Redactor.excerpt`), so a secret across the cut
+  cannot keep a prefix.
 """
 
 from __future__ import annotations
 
+import base64
+import heapq
 import json
 import logging
 import os
 import re
 import weakref
-from collections.abc import Iterable, Mapping
-from urllib.parse import quote, urlsplit, urlunsplit
+from collections.abc import Iterable, Iterator, Mapping
+from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 from pydantic import SecretStr
 
@@ -63,17 +69,48 @@ def read_key(variable: str, role: str) -> SecretStr:
     return SecretStr(value)
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_AUTHORITY_END = re.compile(r"[/?#\\]")
+_C0_AND_SPACE = "".join(map(chr, range(0x21)))
+"""What URL parsers strip from a URL's start (the WHATWG URL standard: C0 controls and space)."""
+
+
+def _authority_starts(url: str) -> set[int]:
+    """Where an authority (``user:password@host``) may begin in ``url``, read as loosely as a client might: after
+    the scheme's colon and any slashes however many (``https:/``, ``HTTPS:///``), after the first ``//`` (a
+    scheme mistyped without its colon), and at the start."""
+    starts = set()
+    scheme = _SCHEME.match(url)
+    if scheme is not None:
+        start = scheme.end()
+        while url[start : start + 1] in ("/", "\\"):
+            start += 1
+        starts.add(start)
+    if "//" in url:
+        starts.add(url.index("//") + 2)
+    return starts | {0}  # and the whole text: "user:password@host" with no scheme at all
+
+
 def refuse_url_credentials(url: str, what: str = "base_url") -> str:
-    """``url`` unchanged if it carries no ``user:password@``; else :class:`~prover_core.errors.CredentialError`."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    shown = urlunsplit(parts._replace(netloc=f"{MASK}@{host}"))
-    raise CredentialError(
-        f"{what} {shown} carries credentials: give the URL without them and the key through api_key_env "
-        "(sent as a bearer token), or a header through headers/extra_headers"
-    )
+    """``url`` unchanged if it carries no ``user:password@`` (nor ``token@``); else
+    :class:`~prover_core.errors.CredentialError`, showing the URL with its credentials masked.
+
+    Checked before any message can show the URL, and whatever the scheme's spelling (``HTTPS://``, one slash, a typo,
+    leading whitespace): an ``@`` anywhere in what may be the authority (:func:`_authority_starts`, up to the first
+    ``/``, ``?``, ``#`` or ``\\``) is refused, so a URL that no parser reads as carrying credentials still cannot
+    carry them into an error."""
+    text = url.lstrip(_C0_AND_SPACE)
+    for start in sorted(_authority_starts(text)):
+        end = _AUTHORITY_END.search(text, start)
+        authority = text[start : end.start() if end else len(text)]
+        if "@" in authority:
+            host = authority.rpartition("@")[2]
+            shown = f"{text[:start]}{MASK}@{host}{text[start + len(authority) :]}"
+            raise CredentialError(
+                f"{what} {shown} carries credentials: give the URL without them and the key through api_key_env "
+                "(sent as a bearer token), or a header through headers/extra_headers"
+            )
+    return url
 
 
 def header_secrets(headers: Mapping[str, str]) -> list[str]:
@@ -82,29 +119,70 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
 
 
 def forms(secret: str) -> set[str]:
-    """The forms ``secret`` may take in a message: raw, ``repr``-escaped, JSON-escaped, percent-encoded."""
-    return {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], quote(secret, safe=""), quote(secret)} - {""}
+    """The forms ``secret`` may take in a message: raw, ``repr``-escaped, JSON-escaped, percent-encoded (``/``
+    escaped or kept) and form-encoded (``+`` for a space)."""
+    escaped = (repr(secret)[1:-1], json.dumps(secret)[1:-1])
+    encoded = (quote(secret, safe=""), quote(secret), quote_plus(secret))
+    return {secret, *escaped, *encoded} - {""}
+
+
+def url_credentials(secret: str) -> list[str]:
+    """For a URL with ``user:password@`` (a proxy's), the credentials as its ``Proxy-Authorization: Basic`` header
+    carries them: ``user:password`` percent-decoded, and its base64; else nothing."""
+    try:
+        parts = urlsplit(secret)
+        user, password = parts.username, parts.password
+    except ValueError:  # not a URL (an unbalanced "[", say)
+        return []
+    if not user and not password:
+        return []
+    credentials = f"{unquote(user or '')}:{unquote(password or '')}"
+    return [credentials, base64.b64encode(credentials.encode()).decode()]
+
+
+def _occurrences(text: str, form: str) -> Iterator[tuple[int, int]]:
+    """The spans of ``form`` in ``text``, in order, overlapping ones included (``"abab"`` twice in ``"ababab"``)."""
+    start = text.find(form)
+    while start >= 0:
+        yield start, start + len(form)
+        start = text.find(form, start + 1)
 
 
 class Redactor:
-    """Replaces every form (:func:`forms`) of each secret by ``***``, longest first."""
+    """Masks every form (:func:`forms`) of each secret, and of a proxy URL's credentials (:func:`url_credentials`),
+    by ``***``."""
 
     def __init__(self, secrets: Iterable[str | SecretStr | None] = ()) -> None:
         found: set[str] = set()
         for secret in secrets:
             text = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
             if text:
-                found |= forms(text) | forms(text.strip())
-        self._forms = sorted(found, key=len, reverse=True)
+                for each in (text, text.strip(), *url_credentials(text.strip())):
+                    found |= forms(each)
+        self._forms = sorted(found)
 
     def __bool__(self) -> bool:
         return bool(self._forms)
 
     def __call__(self, text: str) -> str:
-        """``text`` with every form of every secret replaced by ``***``."""
-        for form in self._forms:
-            text = text.replace(form, MASK)
-        return text
+        """``text`` with every character inside an occurrence of a form masked: each stretch of overlapping
+        occurrences (nested, or two secrets sharing characters, or one secret overlapping itself) becomes one
+        ``***``, so no part of any of them is left, whatever order the forms are looked for in."""
+        spans = heapq.merge(*(_occurrences(text, form) for form in self._forms))  # by start, lazily
+        stretch = next(spans, None)
+        if stretch is None:
+            return text
+        pieces: list[str] = []
+        kept = 0  # text[:kept] is in pieces
+        first, last = stretch
+        for start, end in spans:
+            if start < last:  # overlaps the stretch: extend it
+                last = max(last, end)
+            else:
+                pieces += (text[kept:first], MASK)
+                kept, first, last = last, start, end
+        pieces += (text[kept:first], MASK, text[last:])
+        return "".join(pieces)
 
     def excerpt(self, text: str, limit: int = 200) -> str:
         """The first ``limit`` characters of ``text`` on one line, redacted before it is cut."""
@@ -189,5 +267,6 @@ __all__ = [
     "register",
     "reported",
     "scrub",
+    "url_credentials",
     "variable_name",
 ]

@@ -80,10 +80,11 @@ class Runner:
                 outcome = await self._call(turn, seed, replay)
                 used = outcome.turns
                 meter.finish(outcome.turns)
-                if self.reserve and outcome.turns > self.reserve:
+                if outcome.turns > self.config.max_continuation_turns:  # a hook's or an executor's own count
+                    reserved = " that the turn budget reserved for it" if self.reserve else ""
                     raise ContinuationLimitError(
                         f"the continuation reported {outcome.turns} policy turns, more than max_continuation_turns "
-                        f"({self.reserve}) that the turn budget reserved for it"
+                        f"({self.config.max_continuation_turns}){reserved}"
                     )
                 return outcome
             except BudgetExhaustedError as exc:

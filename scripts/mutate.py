@@ -230,6 +230,250 @@ MUTANTS: tuple[Mutant, ...] = (
         "if low > 0 or True:\n        return cases, []",
         ("tests/test_judge_lift.py",),
     ),
+    # -- issue 55: a batched call's answers (prover_core/batching.py) and the continuation turn limit
+    # (prover_core/continuations.py, runner.py), both sides of each boundary
+    Mutant(
+        "batch-too-many-accepted",
+        "prover_core/batching.py",
+        "if len(answers) != len(futures):",
+        "if len(answers) < len(futures):",
+        ("tests/test_batch_policy.py",),
+    ),
+    Mutant(
+        "batch-answer-shifted",
+        "prover_core/batching.py",
+        "future.set_result(answers[i])",
+        "future.set_result(answers[min(i + 1, len(answers) - 1)])",
+        ("tests/test_batch_policy.py",),
+    ),
+    Mutant(
+        "batch-answers-compacted",
+        "prover_core/batching.py",
+        "for i, future in enumerate(futures):",
+        "for i, future in enumerate([f for f in futures if not f.done()]):",
+        ("tests/test_batch_policy.py",),
+    ),
+    Mutant(
+        "batch-sends-left-out-rows",
+        "prover_core/batching.py",
+        "if not future.done():  # cancelled, or stopped: left out",
+        "if True:  # cancelled, or stopped: left out",
+        ("tests/test_batch_policy.py",),
+    ),
+    Mutant(
+        "runner-limit-one-short",
+        "prover_core/continuations.py",
+        "for taken in range(max_turns):",
+        "for taken in range(max_turns - 1):",
+        ("tests/test_turn_limit_edges.py",),
+    ),
+    Mutant(
+        "runner-limit-one-long",
+        "prover_core/continuations.py",
+        "for taken in range(max_turns):",
+        "for taken in range(max_turns + 1):",
+        ("tests/test_turn_limit_edges.py",),
+    ),
+    Mutant(
+        "hook-limit-inclusive",
+        "prover_core/runner.py",
+        "if outcome.turns > self.config.max_continuation_turns:",
+        "if outcome.turns >= self.config.max_continuation_turns:",
+        ("tests/test_turn_limit_edges.py",),
+    ),
+    # -- issue 55: plan's greedy rules and the cap's boundary (prover_core/budget.py, allocate.py), the engine's
+    # end-of-turn and record-layout checks at a record's last position (adapters/engine/prover_engine/layout.py)
+    Mutant(
+        "plan-stops-at-first-misfit",
+        "prover_core/budget.py",
+        "            keep[i], total = True, total + costs[i]\n    return keep",
+        "            keep[i], total = True, total + costs[i]\n        else:\n            break\n    return keep",
+        ("tests/test_budget_plan.py",),
+    ),
+    Mutant(
+        "plan-strict-fit",
+        "prover_core/budget.py",
+        "if total + costs[i] <= cap:",
+        "if total + costs[i] < cap:",
+        ("tests/test_budget_plan.py",),
+    ),
+    Mutant(
+        "plan-ties-reversed",
+        "prover_core/budget.py",
+        "key=lambda i: -scores[i])",
+        "key=lambda i: (-scores[i], -i))",
+        ("tests/test_budget_plan.py",),
+    ),
+    Mutant(
+        "admission-strict-fit",
+        "prover_core/budget.py",
+        "while self.pool.left < reserve:",
+        "while self.pool.left <= reserve:",
+        ("tests/test_budget_plan.py",),
+    ),
+    Mutant(
+        "budget-step-cap-one-short",
+        "prover_core/allocate.py",
+        "keep = plan(costs, scores, turn_cap)",
+        "keep = plan(costs, scores, turn_cap - 1)",
+        ("tests/test_budget_plan.py",),
+    ),
+    Mutant(
+        "layout-skips-last-gap",
+        "adapters/engine/prover_engine/layout.py",
+        "for t in range(len(turns) - 1):",
+        "for t in range(len(turns) - 2):",
+        ("tests/test_engine_layout.py",),
+    ),
+    Mutant(
+        "close-turn-last-id-only",
+        "adapters/engine/prover_engine/layout.py",
+        "return () if ids[-len(end) :] == end else end",
+        "return () if ids[-1:] == end[-1:] else end",
+        ("tests/test_engine_layout.py",),
+    ),
+)
+
+# -- issue 55: the redactor against forms written out by hand, overlapping secrets, the header threshold
+# (prover_core/redaction.py)
+REDACTION = ("tests/test_redaction.py",)
+MUTANTS += (
+    Mutant(
+        "header-secret-min-exclusive",
+        "prover_core/redaction.py",
+        "if len(value.strip()) >= MIN_HEADER_SECRET]",
+        "if len(value.strip()) > MIN_HEADER_SECRET]",
+        REDACTION,
+    ),
+    Mutant(
+        "header-secret-length-unstripped",
+        "prover_core/redaction.py",
+        "if len(value.strip()) >= MIN_HEADER_SECRET]",
+        "if len(value) >= MIN_HEADER_SECRET]",
+        REDACTION,
+    ),
+    Mutant(
+        "redaction-drops-json-form",
+        "prover_core/redaction.py",
+        "escaped = (repr(secret)[1:-1], json.dumps(secret)[1:-1])",
+        "escaped = (repr(secret)[1:-1],)",
+        REDACTION,
+    ),
+    Mutant(
+        "redaction-drops-quote-plus",
+        "prover_core/redaction.py",
+        'encoded = (quote(secret, safe=""), quote(secret), quote_plus(secret))',
+        'encoded = (quote(secret, safe=""), quote(secret))',
+        REDACTION,
+    ),
+    Mutant(
+        "redaction-drops-proxy-basic",
+        "prover_core/redaction.py",
+        "return [credentials, base64.b64encode(credentials.encode()).decode()]",
+        "return [credentials]",
+        REDACTION,
+    ),
+    Mutant(
+        "redaction-spans-by-form-not-start",
+        "prover_core/redaction.py",
+        "spans = heapq.merge(*(_occurrences(text, form) for form in self._forms))",
+        "spans = (span for form in self._forms for span in _occurrences(text, form))",
+        REDACTION,
+    ),
+    Mutant(
+        "redaction-nested-stretch-cut-short",
+        "prover_core/redaction.py",
+        "last = max(last, end)",
+        "last = end",
+        REDACTION,
+    ),
+    Mutant(
+        "redaction-misses-self-overlap",
+        "prover_core/redaction.py",
+        "start = text.find(form, start + 1)",
+        "start = text.find(form, start + len(form))",
+        REDACTION,
+    ),
+    # -- issue 55: the report's metrics on a mixed batch (gain, drop, control, every skip reason, the cap;
+    # prover_core/report.py, bonus.py)
+    Mutant(
+        "turns-spent-gain-only",
+        "prover_core/report.py",
+        "policy_turns = sum(v.policy_turns for v in every)",
+        "policy_turns = sum(v.policy_turns for v in ver)",
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "turns-spent-decided-only",
+        "prover_core/report.py",
+        "policy_turns = sum(v.policy_turns for v in every)",
+        "policy_turns = sum(g.verification.policy_turns for g in self.groups if g.verification and g.status in "
+        '("accepted", "rejected"))',
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "extra-share-over-episodes",
+        "prover_core/report.py",
+        '"extra_turn_share": policy_turns / self.rollout_turns if self.rollout_turns else 0.0',
+        '"extra_turn_share": policy_turns / self.rollout_episodes if self.rollout_episodes else 0.0',
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "credit-signed",
+        "prover_core/bonus.py",
+        "credit = lam * abs(verification.delta) * answer.segment.num_turns",
+        "credit = lam * verification.delta * answer.segment.num_turns",
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "credit-per-turn-gain-only",
+        "prover_core/report.py",
+        'out["credit_per_extra_turn"] = sum(g.credit for g in self.groups) / policy_turns',
+        'out["credit_per_extra_turn"] = sum(g.credit for g in accepted) / policy_turns',
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "budget-skips-any-reason",
+        "prover_core/report.py",
+        'g.status == "skipped" and g.verify_stats is not None and g.verify_stats.failures.get("budget", 0) > 0',
+        'g.status == "skipped" and g.verify_stats is not None',
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "wasted-counts-every-skip",
+        "prover_core/report.py",
+        'if stats is None or v is None or not stats.failures.get("budget"):',
+        "if stats is None or v is None:",
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "trigger-share-drops-unverified",
+        "prover_core/report.py",
+        'return 1.0 - self.count("not_eligible") / len(self.groups)',
+        'return 1.0 - self.count("not_eligible", "unverified") / len(self.groups)',
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "lift-counts-undecided",
+        "prover_core/report.py",
+        'decided = [g for g in self.groups if g.direction == "gain" and g.status in ("accepted", "rejected")]',
+        'decided = [g for g in self.groups if g.direction == "gain" and g.verification is not None]',
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "gain-counts-take-drops",
+        "prover_core/report.py",
+        'accepted = [g for g in gain if g.status == "accepted"]',
+        'accepted = [g for g in self.groups if g.status == "accepted"]',
+        ("tests/test_report_mixed.py",),
+    ),
+    Mutant(
+        "acceptance-rate-over-every-verification",
+        "prover_core/report.py",
+        '"acceptance_rate": len(accepted) / len(ver) if ver else 0.0',
+        '"acceptance_rate": len(accepted) / len(every) if every else 0.0',
+        ("tests/test_report_mixed.py",),
+    ),
 )
 
 EQUIVALENT: dict[str, str] = {}
@@ -238,7 +482,7 @@ EQUIVALENT: dict[str, str] = {}
 
 def python_for(env: str) -> Path:
     default = ROOT / ".venvs" / env / "bin" / "python"  # where scripts/test builds them
-    return Path(os.environ.get(f"PROVER_{env.upper()}_PYTHON", default))
+    return Path(os.environ.get(f"PROVER_{env.upper()}_PYTHON", default)).absolute()  # the tests run in the copy
 
 
 def copy_tree(dest: Path) -> None:
@@ -256,7 +500,8 @@ def copy_tree(dest: Path) -> None:
 
 def run_tests(copy: Path, env: str, tests: tuple[str, ...], timeout: int) -> tuple[int, float, str]:
     """``(exit status, seconds, last output line)`` of ``pytest -x`` on ``tests`` inside ``copy``."""
-    paths = [str(copy), str(copy / "benchmarks")] + ([str(copy / "adapters" / "trl")] if env == "trl" else [])
+    paths = [str(copy), str(copy / "benchmarks"), str(copy / "adapters" / "engine")]  # the copy's, not the install's
+    paths += [str(copy / "adapters" / "trl")] if env == "trl" else []
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONDONTWRITEBYTECODE": "1"}
     environ.pop("PROVER_REQUIRE_HOSTS", None)
     start = time.monotonic()

@@ -9,7 +9,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,14 @@ import pytest
 
 from prover_core import ChoiceJudge, LocalExecutor, ProverConfig, SnapshotEnv, compute_bonus
 from prover_core._aio import MAX_BLOCKED_THREADS, blocked_threads
+from prover_core.batching import BatchedPolicy, Batcher
 from prover_core.bonus import BonusResult
+from prover_core.clock import METER, Meter
 from prover_core.continuations import Metered, env_continuer, hook_continuer, make_continuer, metered
 from prover_core.demo import MDPEnv, VaultBatchPolicy, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.errors import ProtocolError, ThreadsExhaustedError
-from prover_core.protocols import BatchPolicy, Policy, PolicyContext, Step
+from prover_core.protocols import BatchPolicy, Policy, PolicyContext, Step, policy_rng
 from prover_core.restore import ReplayEnv
 
 BATCH = rollout_batch(VaultMDP(), groups=8, group_size=8, seed=0)
@@ -99,14 +101,144 @@ def test_an_executor_serves_a_batch_policy_too() -> None:
     assert m["groups_accepted"] >= 3 and len(policy.sizes) == m["verify_policy_rounds"]
 
 
-def test_a_batch_answer_of_the_wrong_length_fails_each_continuation_of_that_call() -> None:
-    class Short:
+@pytest.mark.parametrize("extra", [-1, 1], ids=["one-too-few", "one-too-many"])
+def test_a_batch_answer_of_the_wrong_length_fails_each_continuation_of_that_call(extra: int) -> None:
+    class WrongLength:
         def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:
-            return ["wait"] * (len(contexts) - 1)
+            return ["wait"] * (len(contexts) + extra)
 
-    result = run(Short())
+    result = run(WrongLength())
     skipped = [g for g in result.report.groups if g.status == "skipped"]
-    assert skipped and all("answered" in g.reason and "requests" in g.reason for g in skipped)
+    assert skipped and all("ValueError: a batched call answered" in g.reason for g in skipped)
+
+
+# --- the batcher: each answer to its own request, a wrong count to nobody ------------------------------
+
+
+def sync_call(answers: Callable[[list[str]], list[str]]) -> Callable[[list[str]], list[str]]:
+    return answers
+
+
+def async_call(answers: Callable[[list[str]], list[str]]) -> Callable[[list[str]], Awaitable[list[str]]]:
+    async def call(items: list[str]) -> list[str]:
+        await asyncio.sleep(0)  # a served model: the answer comes later
+        return answers(items)
+
+    return call
+
+
+CALLS = pytest.mark.parametrize("wrap", [sync_call, async_call], ids=["sync", "async"])
+
+
+async def ask_all(batcher: Batcher[str, str], items: Sequence[str]) -> list[Any]:
+    """Every item submitted in one pass of the loop; each caller's answer or exception, in order."""
+    return await asyncio.gather(*(batcher.submit(x) for x in items), return_exceptions=True)
+
+
+@CALLS
+def test_each_request_of_a_batch_gets_the_answer_at_its_own_position(wrap: Any) -> None:
+    """Distinct answers that do not depend on the requests: only the position can carry them to their caller."""
+    batcher: Batcher[str, str] = Batcher(wrap(lambda items: ["first", "middle", "last"]))
+    assert asyncio.run(ask_all(batcher, ["x", "y", "z"])) == ["first", "middle", "last"]
+    assert (batcher.calls, batcher.rows) == (1, 3)
+
+
+@CALLS
+@pytest.mark.parametrize("answered", [2, 4], ids=["one-too-few", "one-too-many"])
+def test_a_batched_call_that_answers_one_too_few_or_one_too_many_is_refused_to_every_caller(
+    wrap: Any, answered: int
+) -> None:
+    """Three requests, 2 or 4 answers: no caller gets an answer that may be someone else's; each gets the
+    ``ValueError`` that ``_settle`` documents (a wrong count of answers is an exception of the call)."""
+    batcher: Batcher[str, str] = Batcher(wrap(lambda items: [f"answer {i}" for i in range(answered)]))
+    results = asyncio.run(ask_all(batcher, ["x", "y", "z"]))
+    assert [type(r) for r in results] == [ValueError] * 3
+    assert {str(r) for r in results} == {f"a batched call answered {answered} of 3 requests"}
+
+
+@CALLS
+def test_a_batched_call_that_answers_an_empty_list_to_one_request_is_refused(wrap: Any) -> None:
+    batcher: Batcher[str, str] = Batcher(wrap(lambda items: []))
+    [result] = asyncio.run(ask_all(batcher, ["x"]))
+    assert isinstance(result, ValueError) and str(result) == "a batched call answered 0 of 1 requests"
+
+
+def answer_each(items: list[str]) -> list[str]:
+    return [f"answer to {x}" for x in items]
+
+
+@CALLS
+@pytest.mark.parametrize("how", ["cancelled", "stopped"])
+def test_a_row_left_out_of_the_batch_shifts_no_answer(wrap: Any, how: str) -> None:
+    """Five requests; the middle one's caller is cancelled, or its continuation's meter stopped, before the batch
+    is sent: the call serves the other four, in order, and each of them gets its own answer."""
+    sent: list[list[str]] = []
+
+    def record(items: list[str]) -> list[str]:
+        sent.append(list(items))
+        return answer_each(items)
+
+    batcher: Batcher[str, str] = Batcher(wrap(record))
+    submitted: list[str] = []
+
+    async def ask(item: str) -> str:
+        if item == "c" and how == "stopped":
+            METER.set(Meter(stopped=True))  # this task's own context: verification no longer needs it
+        submitted.append(item)  # submit appends the request before it first waits
+        return await batcher.submit(item)
+
+    async def main() -> list[Any]:
+        tasks = [asyncio.ensure_future(ask(x)) for x in "abcde"]
+        await asyncio.sleep(0)  # every task has submitted; the batch is not sent yet
+        assert submitted == list("abcde") and not sent
+        if how == "cancelled":
+            tasks[2].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert sent == [["a", "b", "d", "e"]] and batcher.rows == 4
+    assert results[:2] + results[3:] == ["answer to a", "answer to b", "answer to d", "answer to e"]
+    assert isinstance(results[2], asyncio.CancelledError)
+
+
+def test_a_caller_cancelled_while_an_async_call_runs_shifts_no_answer() -> None:
+    """Five requests in the call; the middle caller is cancelled while the call is in flight: its answer is
+    dropped, and the others still get the answers at their own positions."""
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(items: list[str]) -> list[str]:
+        started.set()
+        await release.wait()
+        return answer_each(items)
+
+    async def main() -> tuple[list[Any], Batcher[str, str]]:
+        batcher: Batcher[str, str] = Batcher(slow)
+        tasks = [asyncio.ensure_future(batcher.submit(x)) for x in "abcde"]
+        await started.wait()
+        tasks[2].cancel()
+        await asyncio.sleep(0)
+        release.set()
+        return await asyncio.gather(*tasks, return_exceptions=True), batcher
+
+    results, batcher = asyncio.run(main())
+    assert batcher.rows == 5 and isinstance(results[2], asyncio.CancelledError)
+    assert results[:2] + results[3:] == ["answer to a", "answer to b", "answer to d", "answer to e"]
+
+
+def test_a_batched_policy_answers_each_context_with_its_own_action() -> None:
+    """:class:`BatchedPolicy` over an ``act_batch`` that answers by position: each ``act`` gets its row."""
+
+    class ByPosition:
+        def act_batch(self, contexts: Sequence[PolicyContext]) -> list[str]:
+            return [f"row {i}" for i in range(len(contexts))]
+
+    policy = BatchedPolicy(ByPosition())
+
+    async def main() -> list[Any]:
+        contexts = [PolicyContext(None, (), f"o{i}", {}, i, policy_rng(i)) for i in range(3)]
+        return await asyncio.gather(*(policy.act(c) for c in contexts))
+
+    assert asyncio.run(main()) == ["row 0", "row 1", "row 2"]
 
 
 # --- the continuer in one place ---------------------------------------------------------------------

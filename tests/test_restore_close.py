@@ -288,3 +288,32 @@ def test_a_pickled_or_copied_episode_owns_nothing() -> None:
     assert pickle.loads(pickle.dumps(restorer)).close_failures == 0
     restorer.close()
     assert ledger.closed[id(episode.env)] == 1
+
+
+CLOSED_COPIES: list[int] = []
+
+
+class ClosingVault(MDPEnv):
+    """The vault, noting each close (an unpickled copy is a new object: its close is noted here too)."""
+
+    def close(self) -> None:
+        CLOSED_COPIES.append(id(self))
+
+
+def test_a_ray_workers_unpickled_snapshot_copy_is_closed_when_its_continuation_ends() -> None:
+    """RayExecutor with snapshots sends each continuation a pickled episode; the worker's unpickled copy is that
+    continuation's own environment, closed once it ends (it was never closed). The worker's body runs here, without
+    Ray (``_Worker`` is the actor's class)."""
+    from prover_core.executors import _Worker
+
+    restorer = ReplayEnv(lambda: ClosingVault(MDP))
+    episode = restorer.restore(TRAJ, 2, seed=0)
+    snapshot = pickle.dumps(episode)
+    worker = _Worker(pickle.dumps((None, vault_policy, None)), max_turns=100)
+    CLOSED_COPIES.clear()
+    for seed in (5, 6):
+        assert worker.run_snapshot(snapshot, TRAJ, 2, seed)[0] == "ok"
+    gc.collect()
+    assert len(CLOSED_COPIES) == len(set(CLOSED_COPIES)) == 2  # each copy once, the driver's episode not at all
+    assert id(episode.env) not in CLOSED_COPIES and worker.owned.failures == 0
+    restorer.close()

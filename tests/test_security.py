@@ -1,16 +1,18 @@
 """docs/security.md's promises, one test each, against loopback servers on 127.0.0.1 (issue 46).
 
 Secrets stay secret: a key read with its trailing newline is stripped, a key with a control character refused by
-the variable's name, every form of a secret (raw, ``repr``- or JSON-escaped, percent-encoded, a header value)
-scrubbed before an excerpt is cut, URLs with credentials refused. The network is what the user named: proxy
-variables are ignored, a bearer key over plain http to a remote host is warned about. Hostile answers stay
-harmless: a byte cap, a linear fence scan, deep JSON and lone surrogates inside the typed errors, tool calls per
-reply capped, server values range-checked. No finished work is lost to a diagnostic.
+the variable's name, every form of a secret (raw, ``repr``- or JSON-escaped, percent- or form-encoded, a header
+value, a proxy's credentials as sent) scrubbed before an excerpt is cut, URLs with credentials refused. The forms
+looked for are written out here, never derived from the redactor (tests/test_redaction.py tests it alone). The
+network is what the user named: proxy variables are ignored, a bearer key over plain http to a remote host is warned
+about. Hostile answers stay harmless: a byte cap, a linear fence scan, deep JSON and lone surrogates inside the typed
+errors, tool calls per reply capped, server values range-checked. No finished work is lost to a diagnostic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 import logging
@@ -18,7 +20,7 @@ import re
 import zlib
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import pytest
 from hypothesis import given
@@ -38,7 +40,6 @@ from prover_core.errors import (
 )
 from prover_core.judges.llm import LLMJudge
 from prover_core.judges.llm.answer import fenced_blocks, parse_answer
-from prover_core.redaction import Redactor, forms
 from prover_engine import Generation, LlamaServerEngine, OpenAICompletionsEngine, SamplingParams
 from prover_engine.parity import ParityMonitor
 from tests.chat_server import ChatServer, Reply, answer, completion
@@ -49,6 +50,23 @@ from tests.test_llm_judge import RULES, make_group
 
 SECRET = 'sk-te\\st"KEY/+=0123456789abcdef'
 """A key whose raw, repr-escaped, JSON-escaped and percent-encoded forms all differ."""
+SECRET_FORMS = (
+    r'sk-te\st"KEY/+=0123456789abcdef',  # raw
+    r'sk-te\\st"KEY/+=0123456789abcdef',  # repr: the backslash doubled
+    r"sk-te\\st\"KEY/+=0123456789abcdef",  # JSON: the backslash and the double quote escaped
+    "sk-te%5Cst%22KEY%2F%2B%3D0123456789abcdef",  # quote(safe=""), and quote_plus (no space to make "+")
+    "sk-te%5Cst%22KEY/%2B%3D0123456789abcdef",  # quote: "/" kept
+    r"sk-te\st",  # the first 8 characters: a prefix kept across a cut
+)
+"""Every form of :data:`SECRET` a message must not hold, written out (never derived from the redactor)."""
+HEADER = "team SECRET/value+42"
+HEADER_FORMS = (
+    "team SECRET/value+42",  # raw, repr and JSON alike
+    "team%20SECRET%2Fvalue%2B42",
+    "team%20SECRET/value%2B42",
+    "team+SECRET%2Fvalue%2B42",  # quote_plus: a form field
+    "team SEC",
+)
 VARIABLE = "PROVER_TEST_SECURITY_KEY"
 
 
@@ -75,9 +93,8 @@ def generate(engine: OpenAICompletionsEngine, **params: Any) -> Generation:
     return asyncio.run(engine.generate([5, 9, 12], SamplingParams(**params)))
 
 
-def leaks(texts: list[str], secret: str = SECRET) -> list[str]:
-    """The texts holding any form of ``secret`` or its first 8 characters (a prefix kept across a cut)."""
-    needles = forms(secret) | {secret[:8]}
+def leaks(texts: list[str], needles: tuple[str, ...] = SECRET_FORMS) -> list[str]:
+    """The texts holding any of ``needles`` (a secret's forms written out, and its first 8 characters)."""
     return [t for t in texts if any(n in t for n in needles)]
 
 
@@ -125,13 +142,15 @@ def test_a_key_with_a_character_no_header_can_carry_is_refused_by_the_variables_
 
 def test_every_form_of_a_secret_is_redacted_before_the_excerpt_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(VARIABLE, SECRET)
-    header = "hdr-SECRET-value-42"
+    header = HEADER
     echoes = [
         "x" * 195 + SECRET,  # across the 200-character cut
         "x" * 190 + repr(SECRET),
         json.dumps({"error": "x" * 185 + SECRET}),
         "x" * 180 + "key=" + quote(SECRET, safe=""),
-        f"bad header {header}",
+        "x" * 150 + "url=/v1?key=" + quote(SECRET),
+        "x" * 150 + "form: key=" + quote_plus(SECRET) + "&team=" + quote_plus(header),
+        f"bad header {header}, {quote(header)}",
     ]
     for echo in echoes:
         reply = Reply(status=400, body=echo, content_type="text/plain")
@@ -144,7 +163,7 @@ def test_every_form_of_a_secret_is_redacted_before_the_excerpt_is_cut(monkeypatc
             with pytest.raises(EngineHTTPError) as generated:
                 generate(engine)
         shown = [str(judged.value), str(generated.value)]
-        assert leaks(shown) == [] and leaks(shown, header) == [], echo
+        assert leaks(shown) == [] and leaks(shown, HEADER_FORMS) == [], echo
         assert "***" in shown[0] and "***" in shown[1]
 
 
@@ -154,14 +173,6 @@ def test_a_short_header_value_is_not_a_secret_that_masks_every_digit() -> None:
         with pytest.raises(JudgeError, match="answered 401: no"):
             propose(judge)
     assert judge._client.redact("1 team-SECRET-9") == "1 ***"
-
-
-def test_redactor_replaces_each_form_longest_first() -> None:
-    redact = Redactor([SECRET, None, ""])
-    raw, escaped, quoted = SECRET, repr(SECRET)[1:-1], "sk-te%5Cst%22KEY%2F%2B%3D0123456789abcdef"
-    assert redact(f"a {raw} b {escaped} c {json.dumps(SECRET)} d {quoted}") == 'a *** b *** c "***" d ***'
-    assert redact.excerpt("y" * 198 + raw, 200) == "y" * 198 + "**"
-    assert not Redactor([None]) and Redactor(["k"])("kick") == "***ic***"
 
 
 def test_credentials_in_a_url_are_refused_without_showing_them() -> None:
@@ -229,6 +240,39 @@ def test_proxy_variables_are_ignored_and_a_proxy_passed_explicitly_is_used(monke
         explicit = propose(judge_for(server.url, proxy=proxy.root))
     assert len(proxy.seen) == 1 and proxy.seen[0].target == f"{server.url}/chat/completions"
     assert "from the proxy" in explicit.rationale  # type: ignore[union-attr]
+
+
+class RefusingProxy(LoopbackServer):
+    """A forward proxy that refuses every request (407), echoing the credentials it was sent, as sent and decoded."""
+
+    def __init__(self) -> None:
+        self.seen: list[Request] = []
+        super().__init__()
+
+    def serve(self, request: Request) -> Reply:
+        self.seen.append(request)
+        sent = {k.lower(): v for k, v in request.headers.items()}.get("proxy-authorization", "")
+        decoded = base64.b64decode(sent.removeprefix("Basic ")).decode()
+        return Reply(status=407, body=f"denied {sent} ({decoded})", content_type="text/plain")
+
+
+PROXY_BASIC = "YWxpY2U6cHctU2VjcmV0Lzc3"
+"""base64 of ``alice:pw-Secret/77``, written out: what a proxy URL ``http://alice:pw-Secret%2F77@...`` sends."""
+
+
+def test_a_proxys_credentials_echoed_by_the_proxy_stay_out_of_the_error() -> None:
+    assert base64.b64encode(b"alice:pw-Secret/77").decode() == PROXY_BASIC
+    with RefusingProxy() as proxy:
+        url = f"http://alice:pw-Secret%2F77@127.0.0.1:{proxy.port}"
+        with pytest.raises(JudgeError) as judged:
+            propose(judge_for("http://127.0.0.1:9/v1", proxy=url))
+        with pytest.raises(EngineHTTPError) as generated:
+            generate(engine_for("http://127.0.0.1:9/v1", proxy=url))
+    sent = [{k.lower(): v for k, v in r.headers.items()}["proxy-authorization"] for r in proxy.seen]
+    assert sent == [f"Basic {PROXY_BASIC}"] * 2  # what travels, and what the proxy echoed
+    for shown in (str(judged.value), str(generated.value)):
+        assert "407" in shown and "denied Basic *** (***)" in shown, shown
+        assert not any(form in shown for form in (PROXY_BASIC, "pw-Secret", "pw-Secret%2F77", "alice:pw")), shown
 
 
 def test_a_bearer_key_over_plain_http_to_a_remote_host_is_warned_about_once(
