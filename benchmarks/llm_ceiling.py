@@ -126,7 +126,7 @@ SKILL = 0.35
 """The BC expert's chance of taking the goal key (and 1 - SKILL of taking any other): a start near 0.3."""
 C1 = lr_.Regime("C1", "last", "adam", skill=SKILL, bc_steps=1000, steps=20, eval_at=(10, 20),
                 title="the goal key always last, no keep, a start inside the trigger band")  # fmt: skip
-R12 = lr_.REGIMES["R12"]
+R12 = dataclasses.replace(lr_.REGIMES["R12"], title="the ranking's regime, on its seeds 32-79")
 CALIBRATION_SEEDS = (300, 301, 302, 303)
 CALIBRATION_LRS = (1e-4, 3e-4, 1e-3)
 SHARED_LR: float | None = 3e-4

@@ -41,22 +41,25 @@ CHATML = close_turn([EOT])
 WIN = ["wait", "take", "wait", "wait"]
 
 
-def chat_record(generated: list[list[int]], tid: str = "a") -> tuple[Trajectory, list[int], list[int]]:
+def chat_record(
+    generated: list[list[int]], tid: str = "a", stray: dict[int, list[int]] | None = None
+) -> tuple[Trajectory, list[int], list[int]]:
     """A rollout through a chat template: each action's generated ids, then EOT unless the model stopped on
-    it, then the observation. Spans cover the generated ids only."""
+    it, then ``stray[t]`` (ids the rollout appended that no rule reproduces), then the observation. Spans cover the
+    generated ids only."""
     env = KeyEnv(horizon=len(generated))
     step = env.reset({})
     prompt = [*SYSTEM, *render(step.observation)]
     completion: list[int] = []
     turns = []
-    for ids in generated:
+    for t, ids in enumerate(generated):
         start = len(completion)
         completion += ids
         action = parse(Generation(tuple(ids)))
         turns.append(Turn(observation=step.observation, action=action, token_span=(start, len(completion))))
         step = env.step(action)
         if not step.done:
-            completion += [*CHATML(Generation(tuple(ids))), *render(step.observation)]
+            completion += [*CHATML(Generation(tuple(ids))), *(stray or {}).get(t, []), *render(step.observation)]
     return Trajectory(id=tid, group_id="g", turns=turns, success=step.success), prompt, completion
 
 

@@ -29,7 +29,8 @@ from prover_engine import (
     check_record,
     close_turn,
 )
-from tests.engine_support import SYSTEM, KeyEnv, parse, render, store_of
+from tests.engine_support import parse, render, store_of
+from tests.test_engine_context import chat_record
 
 EOT = 7
 CHATML = close_turn([EOT])
@@ -40,22 +41,9 @@ TWO = close_turn([EOT, NEWLINE])  # end-of-turn and newline
 def laid_out(
     generated: Sequence[Sequence[int]], stray: dict[int, list[int]] | None = None
 ) -> tuple[Trajectory, list[int], list[int]]:
-    """A rollout through ChatML: each action's generated ids, then ``CHATML``'s closing, then ``stray[t]`` (ids the
-    rollout appended that no rule reproduces), then the observation. Spans cover the generated ids only."""
-    env = KeyEnv(horizon=len(generated))
-    step = env.reset({})
-    prompt = [*SYSTEM, *render(step.observation)]
-    completion: list[int] = []
-    turns = []
-    for t, ids in enumerate(generated):
-        start = len(completion)
-        completion += ids
-        action = parse(Generation(tuple(ids)))
-        turns.append(Turn(observation=step.observation, action=action, token_span=(start, len(completion))))
-        step = env.step(action)
-        if not step.done:
-            completion += [*CHATML(Generation(tuple(ids))), *(stray or {}).get(t, []), *render(step.observation)]
-    return Trajectory(id="a", group_id="g", turns=turns, success=step.success), prompt, completion
+    """A rollout through ChatML (``chat_record``): each action's generated ids, ``CHATML``'s closing, then
+    ``stray[t]`` (ids that no rule reproduces), then the observation. Spans cover the generated ids only."""
+    return chat_record([list(ids) for ids in generated], "a", stray)
 
 
 # Turns 0, 1 and 3 stopped on EOT; turn 2, the action right before the last boundary, ran into the token limit, so
