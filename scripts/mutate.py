@@ -9,7 +9,7 @@ and restores the file: the working tree is never modified. A mutant is *killed* 
 when they pass; a survivor is a missing test, or an equivalent mutant (written down in docs/testing.md with the
 reason). Exit status 1 when a mutant outside :data:`EQUIVALENT` survives, or when the unmutated copy fails.
 
-    python scripts/mutate.py                 # every mutant (core and TRL environments), about 5 minutes
+    python scripts/mutate.py                 # every mutant (core and TRL environments), 25 minutes on 2 busy cores
     python scripts/mutate.py --only lcb-level,adaptive-budget-early
     python scripts/mutate.py --list
 
