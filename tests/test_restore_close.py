@@ -290,14 +290,14 @@ def test_a_pickled_or_copied_episode_owns_nothing() -> None:
     assert ledger.closed[id(episode.env)] == 1
 
 
-CLOSED_COPIES: list[int] = []
+CLOSED_COPIES: list[MDPEnv] = []
 
 
 class ClosingVault(MDPEnv):
     """The vault, noting each close (an unpickled copy is a new object: its close is noted here too)."""
 
     def close(self) -> None:
-        CLOSED_COPIES.append(id(self))
+        CLOSED_COPIES.append(self)  # held, so that two closed copies never share an id
 
 
 def test_a_ray_workers_unpickled_snapshot_copy_is_closed_when_its_continuation_ends() -> None:
@@ -314,6 +314,6 @@ def test_a_ray_workers_unpickled_snapshot_copy_is_closed_when_its_continuation_e
     for seed in (5, 6):
         assert worker.run_snapshot(snapshot, TRAJ, 2, seed)[0] == "ok"
     gc.collect()
-    assert len(CLOSED_COPIES) == len(set(CLOSED_COPIES)) == 2  # each copy once, the driver's episode not at all
-    assert id(episode.env) not in CLOSED_COPIES and worker.owned.failures == 0
+    assert len(CLOSED_COPIES) == len({id(env) for env in CLOSED_COPIES}) == 2  # each copy once
+    assert all(env is not episode.env for env in CLOSED_COPIES) and worker.owned.failures == 0  # not the driver's
     restorer.close()
