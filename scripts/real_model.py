@@ -46,6 +46,7 @@ from prover_core import (
     Decline,
     Proposal,
     ProverConfig,
+    ProverRun,
     ReplayEnv,
     Segment,
     SegmentRules,
@@ -692,7 +693,6 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
     from transformers import TrainerCallback
     from trl import GRPOConfig
 
-    import prover_trl.trainer as trl_trainer
     from prover_core.judges.llm import LLMJudge
     from prover_trl import ProverGRPOTrainer, ProverSetup, make_rollout_func, success_reward
     from prover_trl.parity import trainer_score
@@ -715,16 +715,16 @@ def part_b(url: str | None, chat: Chat, model: Any, steps: int, k: int, batch: i
         finally:
             timings["rollout"] += time.perf_counter() - t0
 
-    plain_compute_bonus = trl_trainer.compute_bonus
+    plain_verify = ProverRun.verify  # the trainer verifies through its ProverRun (issue 52)
 
-    def timed_compute_bonus(*args: Any, **kw: Any) -> Any:
+    def timed_verify(run: ProverRun, *args: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return plain_compute_bonus(*args, **kw)
+            return plain_verify(run, *args, **kw)
         finally:
             timings["verification"] += time.perf_counter() - t0
 
-    trl_trainer.compute_bonus = timed_compute_bonus  # type: ignore[assignment]
+    ProverRun.verify = timed_verify  # type: ignore[method-assign]
     anchor = AnchorJudge(min_failures=1)
     judge: Any = anchor
     if url:
