@@ -95,7 +95,7 @@ class _Worker:
 
     def __init__(self, payload: bytes) -> None:
         ours, theirs = socket.socketpair()
-        path = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")])
+        path = os.pathsep.join(p for p in sys.path if p)  # PYTHONPATH's entries are in sys.path already
         # A fresh interpreter, not multiprocessing: it never re-imports the caller's __main__ (a training script
         # without a __main__ guard), and never forks a trainer's threads.
         self.process = subprocess.Popen(
