@@ -6,6 +6,7 @@ The four stages live in their own modules: :mod:`prover_core.trigger`, :mod:`pro
 """
 
 from prover_core.bonus import BonusResult, acompute_bonus, compute_bonus, group_batch
+from prover_core.budget import TokenPolicy
 from prover_core.chance import LiftWindow
 from prover_core.config import ProverConfig
 from prover_core.data import Decline, Outcome, Proposal, Segment, SegmentRules, Trajectory, Turn, Verification
@@ -13,16 +14,11 @@ from prover_core.errors import (
     AnswerTimeout,
     AnswerTooLargeError,
     BudgetExhaustedError,
-    ContextLengthError,
     ContinuationError,
     ContinuationLimitError,
     ContinuationTimeoutError,
     CredentialError,
-    EngineAnswerTooLargeError,
     EngineError,
-    EngineHTTPError,
-    EngineResponseError,
-    EngineTimeoutError,
     EventLoopError,
     HostImportError,
     InvalidBatchError,
@@ -41,7 +37,6 @@ from prover_core.errors import (
     RestoreError,
     RolloutLimitError,
     ThreadsExhaustedError,
-    TokenRecordError,
     UsageError,
     WorkerLostError,
 )
@@ -78,7 +73,6 @@ __all__ = [
     "AnswerTooLargeError",
     "BonusResult",
     "ChoiceJudge",
-    "ContextLengthError",
     "ContinuationError",
     "BudgetExhaustedError",
     "ContinuationLimitError",
@@ -87,11 +81,7 @@ __all__ = [
     "CredentialError",
     "Decline",
     "DivergenceJudge",
-    "EngineAnswerTooLargeError",
     "EngineError",
-    "EngineHTTPError",
-    "EngineResponseError",
-    "EngineTimeoutError",
     "Env",
     "Episode",
     "EventLoopError",
@@ -139,7 +129,7 @@ __all__ = [
     "SnapshotEnv",
     "Step",
     "ThreadsExhaustedError",
-    "TokenRecordError",
+    "TokenPolicy",
     "Trajectory",
     "TrajectoryCredit",
     "Turn",

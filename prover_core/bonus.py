@@ -24,6 +24,8 @@ segment when none has that length), verified and credited like any other; its re
 A cost the user sets (``config.max_extra_share``, off by default): the call's verification spends at most that share
 of the rollout's policy turns (:mod:`prover_core.budget`); ``config.budget_plan`` chooses which proposed groups fit
 (the others ``unverified``), and a verification the cap cuts short is decided only where the outcomes in settle it.
+``config.max_extra_token_share`` caps the same cost in policy tokens (a share of the rollout's action tokens), for a
+policy that reports its tokens (:class:`~prover_core.budget.TokenPolicy`).
 
 Progress is logged to the ``prover_core`` logger (``prover_core.bonus``): a line per finished eligible
 group and a summary line per call at INFO, and each group's trigger, proposal and verification at DEBUG
@@ -67,7 +69,7 @@ from prover_core.allocate import (
     unverified,
 )
 from prover_core.batch_checks import BatchWarning, check_groups, check_token_spans
-from prover_core.budget import Admission, TurnBudget
+from prover_core.budget import Admission, TurnBudget, rollout_tokens, token_cap_of
 from prover_core.chance import Lift, control_segment
 from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
@@ -219,12 +221,13 @@ async def _verify_case(
     limit: asyncio.Semaphore,
     clocks: tuple[StageClock, PolicyClock],
     budget: TurnBudget | None = None,
+    tokens: TurnBudget | None = None,
 ) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
     """Stages 3 and 4 for one group: verify the proposed segment and, if accepted, its per-turn bonus."""
     examined, (stages, rounds) = case.examined, clocks
     with stages.stage("verify"):
         verification, stats = await verify_segment_detailed(
-            examined, answer.segment, continuer, config, limit, case.direction, rounds, budget
+            examined, answer.segment, continuer, config, limit, case.direction, rounds, budget, tokens
         )
     logger.debug(
         "group %s: verified, %s (pre %d/%d, post %d/%d, %d continuations): %s",
@@ -322,6 +325,7 @@ async def run_pipeline(
         threaded=config.continuation_timeout_s is not None,  # so that the time limit holds over blocking code
         pairing=config.pairing,
         replay=config.delta_of == "choices",
+        count_tokens=config.max_extra_token_share is not None,  # refuses what cannot report its tokens
     )
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
@@ -332,6 +336,7 @@ async def run_pipeline(
     advantages = grpo_advantages(groups, normalize_std=config.normalize_std, eps=config.std_eps)
     everyone = [t for members in groups.values() for t in members]
     turn_bonus = {t.id: np.zeros(t.num_turns) for t in everyone}
+    token_cap = token_cap_of(config.max_extra_token_share, everyone)  # a batch without its token spans: refused
 
     # 1. Trigger: the groups inside the band
     eligible, records = trigger(groups, config)
@@ -363,6 +368,7 @@ async def run_pipeline(
         tally.group_finished(record)
     limit, rounds = asyncio.Semaphore(config.concurrency_for(len(proposed))), tally.clock
     budget = None if context.turn_cap is None else TurnBudget(context.turn_cap)
+    tokens = None if token_cap is None else TurnBudget(token_cap)
 
     # under a planned cap, groups whose turns are taken one by one (metered) are admitted while what is left covers
     # their reservation, each spending its own share first (a hook reserves a whole turn limit per continuation)
@@ -381,7 +387,7 @@ async def run_pipeline(
                 return
         try:
             record, credit = await _verify_case(
-                case, case.proposal, continuer, config, limit, (stages, rounds), share or budget
+                case, case.proposal, continuer, config, limit, (stages, rounds), share or budget, tokens
             )
         finally:
             if share is not None and admission is not None:
@@ -412,6 +418,8 @@ async def run_pipeline(
         judge_calls=len(cases),
         rollout_turns=rollout_turns,
         turn_budget=context.turn_cap,
+        rollout_tokens=rollout_tokens(everyone),
+        token_budget=token_cap,
         rollout_episodes=len(everyone),
         rollout_rounds=max(t.num_turns for t in everyone),
         judge_stats=dict(judge.stats()) if isinstance(judge, ReportingJudge) else {},

@@ -17,31 +17,92 @@ So the turns taken never exceed the cap (tested with continuations in flight). A
 the budget stopped is decided only where the outcomes already in settle it (every way the stopped ones could have
 ended gives the same decision under the rule, :func:`settled_by`), else its group is skipped with a reason that
 says ``budget`` and keeps GRPO credit.
+
+**In policy tokens too** (``ProverConfig.max_extra_token_share``, where the host gives token counts): the cap is
+``floor(max_extra_token_share x rollout_tokens)``, the rollout's tokens being the trainable action tokens the host
+recorded (the lengths of every turn's ``Turn.token_span`` in the batch, :func:`rollout_tokens`; a batch with a turn
+without a span is refused, :func:`token_cap_of`). Only a policy that reports its tokens (:class:`TokenPolicy`) can
+be held to it: before each action the most tokens it may generate (``max_action_tokens``) are taken from a second
+:class:`TurnBudget` of the call, counted in tokens, and after it the part it did not generate (``action_tokens``)
+goes back; an action the tokens left cannot cover is not taken (:class:`~prover_core.errors.BudgetExhaustedError`,
+its turn given back). So the tokens generated never exceed the cap, continuations in flight in threads or tasks
+included, for a policy whose actions keep to their ``max_action_tokens`` (one that reports more fails its
+continuation, ``turn_limit``). The stopped verifications are decided as above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from prover_core.acceptance import AcceptanceRule, Direction
-from prover_core.errors import BudgetExhaustedError
+from prover_core.data import Trajectory
+from prover_core.errors import BudgetExhaustedError, InvalidBatchError
+from prover_core.protocols import PolicyContext
 
 __all__ = [
     "Admission",
     "GroupShare",
+    "TokenPolicy",
     "TurnBudget",
     "expected_cost",
     "plan",
+    "rollout_tokens",
     "settled_by",
     "stopped_counts",
+    "token_cap_of",
     "upper_cost",
 ]
 
 
+@runtime_checkable
+class TokenPolicy(Protocol):
+    """A :class:`~prover_core.protocols.Policy` that reports the tokens of its actions, so that verification's cost
+    can be capped in policy tokens (``ProverConfig.max_extra_token_share``), as
+    :class:`~prover_engine.EnginePolicy` does.
+
+    ``max_action_tokens(context)``: the most tokens the action ``act(context)`` is about to take may generate
+    (reserved before ``act`` is called, e.g. the engine's ``max_tokens``); ``action_tokens(context)``: the tokens the
+    action ``act(context)`` just returned did generate (at most the former; the rest of the reservation goes back).
+    Both return non-negative ints."""
+
+    def act(self, context: PolicyContext) -> object: ...
+
+    def max_action_tokens(self, context: PolicyContext) -> int: ...
+
+    def action_tokens(self, context: PolicyContext) -> int: ...
+
+
+def rollout_tokens(trajectories: Sequence[Trajectory]) -> int:
+    """The rollout's trainable action tokens: the length of every turn's ``token_span``, summed (turns without one
+    count 0)."""
+    return sum(span[1] - span[0] for t in trajectories for turn in t.turns if (span := turn.token_span) is not None)
+
+
+def token_cap_of(share: float | None, trajectories: Sequence[Trajectory]) -> int | None:
+    """``floor(share x rollout_tokens)``, or ``None`` uncapped (``share`` ``None``). Raises
+    :class:`~prover_core.errors.InvalidBatchError` when a turn of the batch has no ``token_span``: its tokens are
+    unknown, so the rollout's tokens, and the cap, would be wrong."""
+    if share is None:
+        return None
+    missing = [(t.id, i) for t in trajectories for i, turn in enumerate(t.turns) if turn.token_span is None]
+    if missing:
+        tid, turn = missing[0]
+        raise InvalidBatchError(
+            f"max_extra_token_share caps verification's tokens as a share of the rollout's action tokens (the turns' "
+            f"token spans), but {len(missing)} turns of the batch have no token_span (the first: turn {turn} of "
+            f"trajectory {tid!r}), so the rollout's tokens are unknown; give every Turn its token_span, or cap in "
+            f"policy turns alone (max_extra_share)"
+        )
+    return math.floor(share * rollout_tokens(trajectories))
+
+
 class TurnBudget:
-    """``limit`` policy turns, taken and given back (thread-safe: continuations may run in threads)."""
+    """``limit`` policy turns, taken and given back (thread-safe: continuations may run in threads). The token cap
+    counts its tokens in one too."""
 
     def __init__(self, limit: int) -> None:
         if limit < 0:

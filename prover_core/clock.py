@@ -58,6 +58,12 @@ class Meter:
     stopped: bool = False
     budget: TurnBudget | None = None
     """The call's turn budget (``ProverConfig.max_extra_share``), from which each policy turn is taken."""
+    token_budget: TurnBudget | None = None
+    """The call's token budget (``ProverConfig.max_extra_token_share``), from which each action's most tokens are
+    reserved (:class:`~prover_core.budget.TokenPolicy`)."""
+    tokens: int = 0
+    """Policy tokens this continuation's actions generated (a :class:`~prover_core.budget.TokenPolicy` under a
+    token cap; 0 otherwise)."""
 
     def acquire(self) -> bool:
         """Take one policy turn from the budget before acting (always, without one); whether it may act."""

@@ -7,7 +7,10 @@ a policy (:func:`run_continuation`, which ticks the continuation's :class:`~prov
 verification says so), :func:`hook_continuer` from the user's ``continue_from``; the executors
 (:mod:`prover_core.executors`) run them elsewhere. A policy declaring
 :class:`~prover_core.protocols.BatchPolicy` is served by :class:`~prover_core.batching.BatchedPolicy` (one
-``act_batch`` per round). A continuer whose turns tick the meter declares it: :class:`Metered`.
+``act_batch`` per round). A continuer whose turns tick the meter declares it: :class:`Metered`. Under a token cap
+(``count_tokens``) the policy must report its tokens (:class:`~prover_core.budget.TokenPolicy`): each action then
+reserves its most tokens from the meter's token budget and gives back what it did not generate
+(:func:`counts_tokens`).
 :mod:`prover_core.verify` decides with their outcomes.
 
 Failures are typed so that verification counts them by kind (:func:`failure_kind`): the turn limit
@@ -27,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from prover_core._aio import call_user, in_thread, loop_mismatch
 from prover_core.batching import BatchedPolicy
+from prover_core.budget import TokenPolicy
 from prover_core.clock import METER
 from prover_core.data import Outcome, Trajectory, Turn
 from prover_core.errors import (
@@ -194,6 +198,52 @@ def _on_path(trajectory: Trajectory, turn: int, step: Step) -> bool:
     return observations_equal(trajectory.turns[turn].observation, step.observation)
 
 
+class _TokenCounted:
+    """A :class:`~prover_core.budget.TokenPolicy` whose every action, in a continuation with a token budget
+    (:attr:`~prover_core.clock.Meter.token_budget`), first reserves ``max_action_tokens`` tokens from it (or is not
+    taken: :class:`BudgetExhaustedError`, the turn it took given back) and then gives back what it did not generate
+    (``action_tokens``). An action that raises keeps its whole reservation (its tokens are unknown); one that reports
+    more than it reserved fails its continuation (:class:`ContinuationLimitError`). The tokens are counted on the
+    meter (:attr:`~prover_core.clock.Meter.tokens`)."""
+
+    def __init__(self, policy: TokenPolicy, threaded: bool) -> None:
+        self.policy, self.threaded = policy, threaded
+
+    async def act(self, context: PolicyContext) -> Any:
+        meter = METER.get()
+        budget = meter.token_budget if meter is not None else None
+        most = _token_count(self.policy.max_action_tokens(context), self.policy, "max_action_tokens")
+        if budget is not None and not budget.take(most):
+            if meter is not None and meter.budget is not None:
+                meter.budget.give_back(1)  # the turn taken for this action: it is not acted
+            raise BudgetExhaustedError(
+                f"the call's budget of extra policy tokens is spent: stopped before an action that may generate "
+                f"{most} tokens ({budget.left} left; ProverConfig.max_extra_token_share)"
+            )
+        used = most
+        try:
+            action = await call_user(self.policy.act, context, threaded=self.threaded)
+            used = _token_count(self.policy.action_tokens(context), self.policy, "action_tokens")
+            if used > most:
+                raise ContinuationLimitError(
+                    f"the policy reported {used} tokens for one action, more than the {most} of its max_action_tokens "
+                    f"that the token budget reserved for it"
+                )
+            return action
+        finally:
+            if meter is not None:
+                meter.tokens += used
+            if budget is not None:
+                budget.give_back(max(0, most - used))
+
+
+def _token_count(value: object, policy: object, name: str) -> int:
+    """``value`` as a count of tokens: a non-negative int, else :class:`ProtocolError` (a programming error)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProtocolError(f"{type(policy).__name__}.{name}(context) must return a non-negative int, got {value!r}")
+    return value
+
+
 class _EnvContinuer:
     """:func:`env_continuer`'s continuer: metered (it runs :func:`run_continuation` here)."""
 
@@ -201,6 +251,8 @@ class _EnvContinuer:
 
     def __init__(self, env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool) -> None:
         self.env, self.policy, self.max_turns, self.threaded = env, policy, max_turns, threaded
+        self.tokens = False
+        """Its policy reports its tokens to the meter (``make_continuer(count_tokens=True)``)."""
         sync = not (inspect.iscoroutinefunction(env.restore) or inspect.iscoroutinefunction(policy.act))
         self.whole = threaded and sync
 
@@ -276,6 +328,7 @@ def make_continuer(
     threaded: bool = False,
     pairing: Pairing = "sequential",
     replay: bool = False,
+    count_tokens: bool = False,
 ) -> Continuer:
     """The continuer for what the user passed: ``executor`` alone (it runs continuations itself),
     ``continue_from`` alone, or ``env`` (a :class:`~prover_core.protocols.RestorableEnv`) and ``policy`` (a
@@ -285,9 +338,14 @@ def make_continuer(
     ``threaded``: synchronous user code runs in threads, so that a wall-time limit holds while it blocks.
     ``pairing``: how continuations share randomness (:mod:`prover_core.pairing`). ``replay``: the continuer is called
     with ``replay=n`` (``delta_of="choices"``), so a user's ``executor`` or ``continue_from`` must take it.
+    ``count_tokens`` (a token cap, ``ProverConfig.max_extra_token_share``): ``env`` and a ``policy`` that reports its
+    tokens (:class:`~prover_core.budget.TokenPolicy`) are needed, whose actions then take their tokens from each
+    continuation's token budget (:func:`counts_tokens`); a hook's or an executor's tokens are not known here.
     Raises ``ValueError`` on a wrong combination and :class:`~prover_core.errors.ProtocolError` on an object that
     misses its protocol (a class where its instance belongs included), before anything runs.
     """
+    if count_tokens:
+        _require_token_policy(policy, continue_from, executor)
     if executor is not None:
         if env is not None or policy is not None or continue_from is not None:
             raise ValueError("give executor alone, without env, policy or continue_from")
@@ -311,8 +369,28 @@ def make_continuer(
         require(
             acting, "policy", Policy, "act(context) or act_batch(contexts)", "or pass a function act(context) -> action"
         )
+    if count_tokens:
+        acting = _TokenCounted(policy, threaded)  # type: ignore[arg-type]  # checked: _require_token_policy
     env, acting = paired(pairing, env, acting)
-    return env_continuer(env, acting, max_turns, threaded)
+    continuer = _EnvContinuer(env, acting, max_turns, threaded)
+    continuer.tokens = count_tokens
+    return continuer
+
+
+def _require_token_policy(policy: object, continue_from: object, executor: object) -> None:
+    """A token cap needs ``env`` and a policy that reports its tokens: :class:`ProtocolError` otherwise."""
+    what = "max_extra_token_share caps verification in policy tokens, so it needs env and a policy that reports them"
+    protocol = "(act(context), max_action_tokens(context), action_tokens(context): prover_core.TokenPolicy)"
+    if continue_from is not None or executor is not None:
+        given = "a continue_from hook" if continue_from is not None else f"an executor ({described(executor)})"
+        raise ProtocolError(f"{what} {protocol}; {given} runs its continuations' tokens out of sight")
+    if policy is None:
+        return  # make_continuer says what is missing
+    if isinstance(policy, type) or not isinstance(policy, TokenPolicy):
+        raise ProtocolError(
+            f"{what} {protocol}; got {described(policy)}, which does not report its tokens "
+            f"(prover_engine.EnginePolicy does), or cap in policy turns alone (max_extra_share)"
+        )
 
 
 def _require_callable(fn: object, name: str, replay: bool, who_takes_it: str) -> None:
@@ -342,7 +420,7 @@ class _Counted:
 
     def __init__(self, continuer: Continuer, on_end: Callable[[], None]) -> None:
         self.continuer, self.on_end = continuer, on_end
-        self.metered = metered(continuer)
+        self.metered, self.tokens = metered(continuer), counts_tokens(continuer)
 
     async def __call__(self, trajectory: Trajectory, turn: int, seed: int, replay: int = 0) -> Outcome:
         try:
@@ -379,10 +457,17 @@ def metered(continuer: Continuer) -> bool:
     return isinstance(continuer, Metered) and continuer.metered
 
 
+def counts_tokens(continuer: Continuer) -> bool:
+    """Whether ``continuer``'s actions take their tokens from each continuation's token budget
+    (``make_continuer(count_tokens=True)``: env and a :class:`~prover_core.budget.TokenPolicy`)."""
+    return metered(continuer) and getattr(continuer, "tokens", False) is True
+
+
 __all__ = [
     "Continuer",
     "Metered",
     "counted",
+    "counts_tokens",
     "env_continuer",
     "failure_kind",
     "hook_continuer",

@@ -6,7 +6,6 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
         HostImportError [ImportError]
         InvalidBatchError [ValueError]
         InvalidSegmentError [ValueError]
-        TokenRecordError [ValueError]
         ThreadsExhaustedError [RuntimeError]
         AnswerTooLargeError
         JudgeError
@@ -22,11 +21,6 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
                 RolloutLimitError
             ContinuationTimeoutError
             EngineError
-                EngineTimeoutError [ContinuationTimeoutError]
-                EngineHTTPError
-                EngineResponseError
-                    EngineAnswerTooLargeError [AnswerTooLargeError]
-                ContextLengthError
             WorkerLostError
             InvalidOutcomeError [ValueError]
             BudgetExhaustedError
@@ -41,7 +35,9 @@ The tree (a class's other bases in brackets; ``tests/test_errors.py`` checks it 
 A :class:`ContinuationError` is counted as a failed continuation, never raised out of ``compute_bonus``
 (unless ``ProverConfig.strict``); a :class:`UsageError` is raised at once, never recorded as a skip. A class
 whose name starts with ``_`` is internal: it never leaves the library (it is caught where it is raised) and is
-not exported.
+not exported. The engines' own errors (``EngineTimeoutError``, ``EngineHTTPError``, ``EngineResponseError``,
+``EngineAnswerTooLargeError``, ``ContextLengthError``, ``TokenRecordError``) live with them:
+``prover_engine.errors``.
 """
 
 from __future__ import annotations
@@ -50,16 +46,11 @@ __all__ = [
     "AnswerTimeout",
     "AnswerTooLargeError",
     "BudgetExhaustedError",
-    "ContextLengthError",
     "ContinuationError",
     "ContinuationLimitError",
     "ContinuationTimeoutError",
     "CredentialError",
-    "EngineAnswerTooLargeError",
     "EngineError",
-    "EngineHTTPError",
-    "EngineResponseError",
-    "EngineTimeoutError",
     "EventLoopError",
     "HostImportError",
     "InvalidBatchError",
@@ -78,7 +69,6 @@ __all__ = [
     "RestoreError",
     "RolloutLimitError",
     "ThreadsExhaustedError",
-    "TokenRecordError",
     "UsageError",
     "WorkerLostError",
 ]
@@ -161,37 +151,6 @@ class ContinuationTimeoutError(ContinuationError):
 
 class EngineError(ContinuationError):
     """An inference engine failed to generate a continuation's action (refused, unreachable, garbage)."""
-
-
-class EngineTimeoutError(EngineError, ContinuationTimeoutError):
-    """An inference engine did not answer within its time limit."""
-
-
-class EngineHTTPError(EngineError):
-    """An inference engine answered with an HTTP error status (``status``), after any retries."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-    def __reduce__(self) -> tuple[type[EngineHTTPError], tuple[str, int]]:  # pickles across processes
-        return type(self), (str(self), self.status)
-
-
-class EngineResponseError(EngineError):
-    """An inference engine's answer is not a completion with token ids (bad JSON, missing or invalid ids)."""
-
-
-class EngineAnswerTooLargeError(EngineResponseError, AnswerTooLargeError):
-    """An inference engine answered more than its ``max_answer_bytes``."""
-
-
-class ContextLengthError(EngineError):
-    """A continuation's context leaves no room for one more token within the engine's ``max_model_len``."""
-
-
-class TokenRecordError(ProverError, ValueError):
-    """A training row's recorded token ids do not fit its trajectory (missing, or spans out of range)."""
 
 
 class WorkerLostError(ContinuationError):

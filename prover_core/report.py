@@ -76,6 +76,11 @@ class VerifyStats(BaseModel):
     budget_turns: int = 0
     """Policy turns of continuations the call's turn budget then stopped (``max_extra_share``): spent, no outcome;
     counted in the verification's ``policy_turns``."""
+    policy_tokens: int = 0
+    """Policy tokens its continuations generated, counted under a token cap (``max_extra_token_share``: a policy
+    that reports them, :class:`~prover_core.budget.TokenPolicy`); 0 otherwise."""
+    budget_tokens: int = 0
+    """Policy tokens of continuations the call's budgets then stopped (under a token cap); in ``policy_tokens``."""
     failures: dict[str, int] = Field(default_factory=dict)
     """Failed continuations by kind (see ``FAILURE_KINDS``)."""
     accept_evidence: float | None = None
@@ -139,6 +144,12 @@ class Report(BaseModel):
     """Whatever the continuation policy reports (``await policy.report_stats()``), e.g. the parity gaps."""
     turn_budget: int | None = None
     """The call's cap on verification's policy turns (``max_extra_share x rollout_turns``), ``None`` uncapped."""
+    rollout_tokens: int = 0
+    """The batch's trainable action tokens as the host recorded them (every turn's ``token_span`` length, summed):
+    the denominator of ``extra_token_share``."""
+    token_budget: int | None = None
+    """The call's cap on verification's policy tokens (``floor(max_extra_token_share x rollout_tokens)``), ``None``
+    uncapped."""
     env_close_failures: int = 0
     """``close()`` calls of environments the restorers made that raised during this call
     (``ReplayEnv.close_failures`` / ``SnapshotEnv.close_failures``, counted here per call; logged as
@@ -218,7 +229,9 @@ class Report(BaseModel):
         Budget (``max_extra_share`` set): ``turn_budget`` (the cap in policy turns), ``groups_skipped_budget``
         (groups the budget left undecided: GRPO credit) and ``budget_wasted_turns`` (every turn spent on a group the
         cap cut short and left undecided, plus the stopped continuations' turns of the groups it cut and that were
-        decided all the same; in ``policy_turns``).
+        decided all the same; in ``policy_turns``). In tokens (``max_extra_token_share`` set), beside them:
+        ``token_budget``, ``policy_tokens`` (the tokens verification's continuations generated),
+        ``extra_token_share`` = policy tokens / the rollout's action tokens and ``budget_wasted_tokens``.
         Size: ``credit_share`` = sum |bonus| / sum |A_GRPO| over the batch's trainable tokens, how large the credit
         is next to the update's advantage (:attr:`credit_share`; the paper's settings in the LLM-shaped benchmark
         gave 0.3% at its first step), and ``trigger_share``, the share of the batch's groups inside the trigger band.
@@ -280,11 +293,15 @@ class Report(BaseModel):
         }
         if self.turn_budget is not None:
             out["turn_budget"] = self.turn_budget
-            out["groups_skipped_budget"] = sum(
-                g.status == "skipped" and g.verify_stats is not None and g.verify_stats.failures.get("budget", 0) > 0
-                for g in self.groups
-            )
+            out["groups_skipped_budget"] = _skipped_by_budget(self.groups)
             out["budget_wasted_turns"] = sum(_wasted_by_budget(g) for g in self.groups)
+        if self.token_budget is not None:
+            policy_tokens = sum(s.policy_tokens for s in stats)
+            out["token_budget"] = self.token_budget
+            out["policy_tokens"] = policy_tokens
+            out["extra_token_share"] = policy_tokens / self.rollout_tokens if self.rollout_tokens else 0.0
+            out["groups_skipped_budget"] = _skipped_by_budget(self.groups)
+            out["budget_wasted_tokens"] = sum(_wasted_by_budget(g, tokens=True) for g in self.groups)
         out["credit_per_extra_turn"] = sum(g.credit for g in self.groups) / policy_turns if policy_turns else 0.0
         if self.lift is not None:
             out.update(self.lift.metrics(prefix=""))
@@ -316,12 +333,23 @@ class Report(BaseModel):
         return {s: self.count(s) for s in ("not_eligible", "unverified", "declined", "skipped", "rejected", "accepted")}
 
 
-def _wasted_by_budget(group: GroupRecord) -> int:
-    """The turns the call's turn cap made worthless in ``group``: every turn its verification spent when the cap cut
-    it short and it could then not be decided (skipped), else the turns of the continuations the cap stopped."""
+def _skipped_by_budget(groups: list[GroupRecord]) -> int:
+    """Groups a cap cut short and left undecided (skipped, GRPO credit)."""
+    return sum(
+        g.status == "skipped" and g.verify_stats is not None and g.verify_stats.failures.get("budget", 0) > 0
+        for g in groups
+    )
+
+
+def _wasted_by_budget(group: GroupRecord, tokens: bool = False) -> int:
+    """The turns (``tokens``: the policy tokens) the call's caps made worthless in ``group``: every one its
+    verification spent when a cap cut it short and it could then not be decided (skipped), else those of the
+    continuations the cap stopped."""
     stats, v = group.verify_stats, group.verification
     if stats is None or v is None or not stats.failures.get("budget"):
         return 0
+    if tokens:
+        return stats.policy_tokens if group.status == "skipped" else stats.budget_tokens
     return v.policy_turns if group.status == "skipped" else stats.budget_turns
 
 

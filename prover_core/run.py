@@ -149,8 +149,8 @@ class ProverRun:
 def merge_reports(reports: Sequence[Report]) -> Report:
     """One report from the reports of one step's parts: groups concatenated; counts, credit masses and judge stats
     summed; stage times the longest of any part (parts verify at the same time); the turn caps added (each part's
-    cap is its share of its own rollout); engine figures summed (a host with figures that do not add, such as
-    means, merges them itself: :meth:`ProverRun.finish`'s ``engine_stats``)."""
+    cap is its share of its own rollout), and the token caps; engine figures summed (a host with figures that do not
+    add, such as means, merges them itself: :meth:`ProverRun.finish`'s ``engine_stats``)."""
     if len(reports) == 1:
         return reports[0]
     stats: dict[str, float] = {}
@@ -164,6 +164,7 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         for k, v in r.engine_stats.items():
             engine[k] = engine.get(k, 0.0) + v
     budgets = [r.turn_budget for r in reports if r.turn_budget is not None]
+    token_budgets = [r.token_budget for r in reports if r.token_budget is not None]
     return Report(
         groups=[g for r in reports for g in r.groups],
         judge_calls=sum(r.judge_calls for r in reports),
@@ -174,6 +175,8 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         timings=timings,
         engine_stats=engine,
         turn_budget=sum(budgets) if budgets else None,
+        rollout_tokens=sum(r.rollout_tokens for r in reports),
+        token_budget=sum(token_budgets) if token_budgets else None,
         batch_warnings=[w for r in reports for w in r.batch_warnings],
         env_close_failures=sum(r.env_close_failures for r in reports),
         credit_mass=sum(r.credit_mass for r in reports),

@@ -129,6 +129,7 @@ async def verify_segment_detailed(
     direction: Direction = "gain",
     clock: PolicyClock | None = None,
     budget: TurnBudget | None = None,
+    tokens: TurnBudget | None = None,
 ) -> tuple[Verification, VerifyStats]:
     """Verify ``segment`` by ``config.sampling`` and return the verification with its cost and stopping.
 
@@ -136,10 +137,12 @@ async def verify_segment_detailed(
     :class:`PolicyClock` of every verification that runs together (default: one of its own). ``budget``: the call's
     :class:`~prover_core.budget.TurnBudget`; a fixed-K verification some of whose continuations it stopped is
     decided where the outcomes in settle it (:func:`~prover_core.budget.settled_by`), else incomplete, with
-    ``stop="budget"``.
+    ``stop="budget"``. ``tokens``: the call's token budget (``max_extra_token_share``), from which each action of a
+    continuation reserves its most tokens (``continuer`` must count them: ``make_continuer(count_tokens=True)``);
+    the verifications it stops are decided the same way.
     """
     limit = limit or asyncio.Semaphore(config.concurrency_for(1))
-    runner = Runner(trajectory, continuer, config, limit, clock, budget)
+    runner = Runner(trajectory, continuer, config, limit, clock, budget, tokens)
     if config.sampling == "adaptive":
         return await _adaptive(runner, segment, direction)
     return await _fixed(runner, segment, direction)
@@ -170,10 +173,14 @@ async def _fixed(runner: Runner, segment: Segment, direction: Direction) -> tupl
         policy_rounds=runner.last_round,
         failures=failures(pre + post),
         budget_turns=runner.budget_turns,
+        policy_tokens=runner.policy_tokens,
+        budget_tokens=runner.budget_tokens,
     )
     stopped = stopped_counts(pre, post)
     if any(stopped) and not skipped:
-        return _budget_decision(counts, stopped, rule, direction, config, stats)
+        capped = (runner.budget is not None, runner.tokens is not None)
+        which = {(True, True): "turn and token budgets", (False, True): "token budget"}.get(capped, "turn budget")
+        return _budget_decision(counts, stopped, rule, direction, config, stats, which)
     second = ("pre" if direction == "gain" else "post") if skipped else None
     reason = incomplete_reason(pre, post, config.required_finished, config.k, not_run=second)
     if reason is not None:
@@ -205,11 +212,13 @@ def _budget_decision(
     direction: Direction,
     config: ProverConfig,
     stats: dict[str, Any],
+    which: str = "turn budget",
 ) -> tuple[Verification, VerifyStats]:
-    """A verification the turn budget cut short: decided where the outcomes in settle it, else incomplete."""
+    """A verification the turn (or token) budget cut short: decided where the outcomes in settle it, else
+    incomplete."""
     pre, post = (counts["pre_successes"], counts["pre_count"]), (counts["post_successes"], counts["post_count"])
     other = counts["failed_continuations"] - sum(stopped)
-    cut = f"the turn budget stopped {stopped[0]} pre and {stopped[1]} post continuations"
+    cut = f"the {which} stopped {stopped[0]} pre and {stopped[1]} post continuations"
     decided = settled_by(rule, config.k, pre, post, stopped, direction) if other == 0 else None
     if decided is None:
         reason = (
@@ -259,6 +268,7 @@ async def _adaptive(runner: Runner, segment: Segment, direction: Direction) -> t
         spent=runner.spent,
         rounds=rounds,
         policy_rounds=runner.last_round,
+        policy_tokens=runner.policy_tokens,
         stop=decision,
         failures=failures(pre + post),
         accept_evidence=state.accept_evidence,

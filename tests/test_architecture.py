@@ -240,7 +240,7 @@ def test_a_judge_touches_the_places_its_row_names() -> None:
         assert [f for f, text in tests.items() if kind.__name__ in text], (name, "no test names it")
 
 
-ENGINE_INFRASTRUCTURE = {"__init__", "layout", "parity", "policy", "protocol", "schedule", "tokens"}
+ENGINE_INFRASTRUCTURE = {"__init__", "errors", "layout", "parity", "policy", "protocol", "schedule", "tokens"}
 
 
 def test_an_engine_touches_the_places_its_row_names() -> None:

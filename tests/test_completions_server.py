@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from prover_core.errors import EngineHTTPError, EngineTimeoutError
 from prover_core.protocols import PolicyContext, policy_rng
 from prover_engine import EnginePolicy, OpenAICompletionsEngine, SamplingParams
+from prover_engine.errors import EngineHTTPError, EngineTimeoutError
 from tests.completions_server import CompletionsServer
 from tests.engine_support import parse, record, render, store_of
 

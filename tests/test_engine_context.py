@@ -11,7 +11,7 @@ import pytest
 
 from prover_core import ProverConfig, ReplayEnv, Segment, Trajectory, Turn
 from prover_core.continuations import env_continuer
-from prover_core.errors import ContextLengthError, EngineError, EngineHTTPError, TokenRecordError
+from prover_core.errors import EngineError
 from prover_core.verify import continuation_seeds, verify_segment
 from prover_engine import (
     EnginePolicy,
@@ -23,6 +23,7 @@ from prover_engine import (
     check_record,
     close_turn,
 )
+from prover_engine.errors import ContextLengthError, EngineHTTPError, TokenRecordError
 from tests.completions_server import CompletionsServer
 from tests.engine_support import (
     SYSTEM,

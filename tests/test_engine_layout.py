@@ -18,7 +18,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prover_core import Trajectory, Turn
-from prover_core.errors import TokenRecordError
 from prover_core.protocols import PolicyContext, policy_rng
 from prover_engine import (
     EnginePolicy,
@@ -29,6 +28,7 @@ from prover_engine import (
     check_record,
     close_turn,
 )
+from prover_engine.errors import TokenRecordError
 from tests.engine_support import parse, render, store_of
 from tests.test_engine_context import chat_record
 

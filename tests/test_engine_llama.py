@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError
+from prover_core.errors import EngineError
 from prover_engine import EnginePolicy, Generation, LlamaServerEngine, SamplingParams
+from prover_engine.errors import EngineHTTPError, EngineResponseError
 from prover_engine.llama import NEUTRAL, SAMPLER_CHAIN, LlamaCompletion, SlotRouter, slot_changed
 from prover_engine.openai import OpenAICompletionsEngine
 from tests.chat_server import Reply

@@ -14,15 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prover_core.errors import (
-    ContinuationTimeoutError,
-    EngineError,
-    EngineHTTPError,
-    EngineResponseError,
-    EngineTimeoutError,
-    ProverError,
-)
+from prover_core.errors import ContinuationTimeoutError, EngineError, ProverError
 from prover_engine import Generation, OpenAICompletionsEngine, SamplingParams
+from prover_engine.errors import EngineHTTPError, EngineResponseError, EngineTimeoutError
 from tests.chat_server import Reply
 from tests.completions_server import CompletionsServer, completion_body
 

@@ -14,7 +14,7 @@ import pytest
 
 from prover_core import ProverConfig, ReplayEnv, Segment, Trajectory, Turn, compute_bonus
 from prover_core.continuations import env_continuer
-from prover_core.errors import EngineError, ProverError, TokenRecordError
+from prover_core.errors import EngineError, ProverError
 from prover_core.protocols import PolicyContext, Step, policy_rng
 from prover_core.verify import continuation_seeds, verify_segment
 from prover_engine import (
@@ -26,6 +26,7 @@ from prover_engine import (
     TokenStore,
     action_seed,
 )
+from prover_engine.errors import TokenRecordError
 from tests.chat_server import Reply
 from tests.completions_server import CompletionsServer
 from tests.engine_support import FixedJudge, KeyEnv, key_group, parse, record, render, seed_model, store_of

@@ -9,9 +9,10 @@ import httpx
 import pytest
 
 from prover_core import ProverConfig
-from prover_core.errors import EngineError, EngineHTTPError, EngineResponseError
+from prover_core.errors import EngineError
 from prover_core.verify import continuation_seeds
 from prover_engine import EnginePolicy, Generation, OpenAICompletionsEngine, SamplingParams, SGLangEngine
+from prover_engine.errors import EngineHTTPError, EngineResponseError
 from prover_engine.policy import action_seed
 from tests.chat_server import Reply
 from tests.engine_support import key_group, parse, render, store_of, verify_key_group

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import re
+from types import ModuleType
 
 import prover_core
 from prover_core import errors
@@ -12,9 +13,9 @@ from prover_core import errors
 LINE = re.compile(r"^(?P<indent> *)(?P<name>\w+)(?: \[(?P<also>[\w, ]+)\])?$")
 
 
-def drawn_tree() -> dict[str, tuple[str | None, set[str]]]:
-    """``name -> (parent in the drawing, the other bases in brackets)``, from errors.py's docstring."""
-    doc = errors.__doc__ or ""
+def drawn_tree(module: ModuleType = errors) -> dict[str, tuple[str | None, set[str]]]:
+    """``name -> (parent in the drawing, the other bases in brackets)``, from ``module``'s docstring."""
+    doc = module.__doc__ or ""
     block = doc.split("::\n\n", 1)[1].split("\n\n", 1)[0]
     tree: dict[str, tuple[str | None, set[str]]] = {}
     stack: list[tuple[int, str]] = []
@@ -52,12 +53,34 @@ def test_every_exception_is_exported_from_errors_and_the_package() -> None:
     assert all(getattr(prover_core, n) is getattr(errors, n) for n in names)
 
 
-def test_the_former_homes_of_two_exceptions_still_import() -> None:
-    from prover_core.judges.llm.stats import Refused
-    from prover_core.judges.llm.tools import ToolError
+def test_the_engines_errors_live_with_the_engines_drawn_and_exported() -> None:
+    """prover_engine.errors draws its classes under the core's EngineError and ProverError (roots it does not
+    define), each class with the bases drawn, each exported from prover_engine; the core no longer has them."""
+    import prover_engine
+    from prover_engine import errors as engine_errors
 
-    assert Refused is errors.JudgeRefusedError and issubclass(Refused, errors.JudgeError)
-    assert ToolError is errors._ToolError and "_ToolError" not in prover_core.__all__
+    tree = drawn_tree(engine_errors)
+    classes = {
+        name: cls
+        for name, cls in vars(engine_errors).items()
+        if inspect.isclass(cls) and cls.__module__ == engine_errors.__name__
+    }
+    assert set(tree) - set(classes) == {"EngineError", "ProverError"}  # the core's, drawn as roots
+    for name, cls in classes.items():
+        parent, also = tree[name]
+        assert {b.__name__ for b in cls.__bases__} == {parent} | also, name
+        assert getattr(prover_engine, name) is cls and name in prover_engine.__all__
+        assert not hasattr(errors, name) and not hasattr(prover_core, name)
+    assert set(engine_errors.__all__) == set(classes)
+    assert issubclass(engine_errors.EngineTimeoutError, errors.ContinuationTimeoutError)
+
+
+def test_no_alias_of_an_unreleased_exception_name_is_left() -> None:
+    import prover_core.judges.llm.stats as stats
+    import prover_core.judges.llm.tools as tools
+
+    assert not hasattr(stats, "Refused") and not hasattr(tools, "ToolError")
+    assert "_ToolError" not in prover_core.__all__
 
 
 def test_the_llm_judges_answer_timeout_lives_in_errors_and_is_a_timeout() -> None:

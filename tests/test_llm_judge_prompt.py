@@ -301,7 +301,7 @@ def test_parse_retry_after_seconds_and_http_date() -> None:
 def test_cache_roundtrip_and_key(tmp_path: object) -> None:
     from pathlib import Path
 
-    cache = ResponseCache(Path(str(tmp_path)))
+    cache = ResponseCache(Path(str(tmp_path)), 1 << 20)
     k1 = request_key({"model": "m", "messages": [{"role": "user", "content": "x"}]})
     assert k1 == request_key({"messages": [{"content": "x", "role": "user"}], "model": "m"})
     assert k1 != request_key({"model": "m", "messages": [{"role": "user", "content": "y"}]})

@@ -16,7 +16,11 @@ import base64
 import gzip
 import json
 import logging
+import os
+import pickle
 import re
+import stat
+import threading
 import zlib
 from pathlib import Path
 from typing import Any
@@ -28,24 +32,17 @@ from hypothesis import strategies as st
 
 from prover_core import compute_bonus
 from prover_core.connections import MAX_ANSWER_BYTES, RetryPolicy
-from prover_core.errors import (
-    AnswerTooLargeError,
-    CredentialError,
-    EngineAnswerTooLargeError,
-    EngineError,
-    EngineHTTPError,
-    EngineResponseError,
-    JudgeAnswerTooLargeError,
-    JudgeError,
-)
+from prover_core.errors import AnswerTooLargeError, CredentialError, EngineError, JudgeAnswerTooLargeError, JudgeError
 from prover_core.judges.llm import LLMJudge
 from prover_core.judges.llm.answer import fenced_blocks, parse_answer
-from prover_engine import Generation, LlamaServerEngine, OpenAICompletionsEngine, SamplingParams
+from prover_engine import Generation, LlamaServerEngine, OpenAICompletionsEngine, SamplingParams, SGLangEngine
+from prover_engine.errors import EngineAnswerTooLargeError, EngineHTTPError, EngineResponseError
 from prover_engine.parity import ParityMonitor
 from tests.chat_server import ChatServer, Reply, answer, completion
 from tests.completions_server import CompletionsServer
 from tests.llama_server import LlamaServer
 from tests.loopback import LoopbackServer, Request
+from tests.sglang_server import SGLangServer
 from tests.test_llm_judge import RULES, make_group
 
 SECRET = 'sk-te\\st"KEY/+=0123456789abcdef'
@@ -445,7 +442,9 @@ def test_a_non_finite_logprob_gap_is_counted_not_raised(caplog: pytest.LogCaptur
 
 def test_a_failed_cache_write_keeps_the_paid_answer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     blocked = tmp_path / "cache"
-    blocked.write_text("a file where the cache directory should be")
+    blocked.mkdir(mode=0o700)
+    for shard in range(256):  # a file where each entry's directory should be (the tests run as root: no chmod)
+        (blocked / f"{shard:02x}").write_text("not a directory")
     with ChatServer([answer(1, 2)]) as server:
         judge = judge_for(server.url, cache_dir=blocked)
         assert propose(judge).segment.start == 1
@@ -687,3 +686,167 @@ def test_server_text_reaches_the_report_scrubbed_and_clipped(
     dumped = result.report.model_dump_json()
     assert ECHOED not in dumped and len(dumped) < 50_000 and ECHOED not in caplog.text
     del live
+
+
+# -- credentials in URLs spelled loosely, numbers past the parsers' limits, the cache, pickles ----------------------
+
+LOOSE_URLS = (
+    "HTTPS://alice:pw-SECRET-77@127.0.0.1:9/v1",
+    "https:/alice:pw-SECRET-77@127.0.0.1:9/v1",
+    "htps://alice:pw-SECRET-77@127.0.0.1:9/v1",
+    "  http://alice:pw-SECRET-77@127.0.0.1:9/v1",
+    "http://alice:pw-SECRET-77@127.0.0.1:9/v1",  # SGLang's engine refuses any /v1 URL: after the credentials
+)
+
+
+@pytest.mark.parametrize("url", LOOSE_URLS)
+def test_credentials_in_a_url_spelled_loosely_are_refused_by_the_judge_and_the_engines(url: str) -> None:
+    for build in (
+        lambda: judge_for(url),
+        lambda: engine_for(url),
+        lambda: LlamaServerEngine(url),
+        lambda: SGLangEngine(url),
+        lambda: SGLangEngine(url.removesuffix("/v1")),
+    ):
+        with pytest.raises(CredentialError, match=r"\*\*\*@127\.0\.0\.1:9") as error:
+            build()
+        assert "pw-SECRET" not in str(error.value) and "alice" not in str(error.value)
+
+
+LONG = "9" * 5000
+"""An integer past Python's digit limit for ``int(str)`` (4,300 digits): ``json.loads`` raises a plain ValueError."""
+
+
+def test_a_number_past_pythons_digit_limit_is_a_repair_turn_counted() -> None:
+    too_long = f'{{"failure_mode": "x", "start_turn": {LONG}, "end_turn": 2, "rationale": "r"}}'
+    assert "number too long" in str(parse_answer(too_long))
+    with ChatServer([completion(too_long), answer(1, 2)]) as server:
+        judge = judge_for(server.url)
+        assert propose(judge).segment.start == 1  # repaired
+    assert "number too long" in server.requests[1]["messages"][-1]["content"] and judge.stats()["repairs"] == 1
+    span = f'{{"failure_mode": "x", "start_turn": 1, "turns": {LONG}, "rationale": "r"}}'
+    with ChatServer([completion(span), answer(1, 2)]) as server:
+        judge = judge_for(server.url, answer_form="span")
+        assert propose(judge).segment.start == 1
+    assert "number too long" in server.requests[1]["messages"][-1]["content"] and judge.stats()["repairs"] == 1
+    arguments = f'{{"query": "door", "k": {LONG}}}'
+    with ChatServer([completion(None, tool_calls=[("search_trajectory", arguments)]), answer(1, 2)]) as server:
+        judge = judge_for(server.url, mode="agentic")
+        assert propose(judge).segment.start == 1
+    tool_texts = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert any("number too long" in text for text in tool_texts) and judge.stats()["errors"] == 0
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        '"token_ids": [' + "9" * 40 + "]",  # past 2**31
+        '"token_ids": [2147483648]',
+        '"token_ids": [' + LONG + "]",  # past the JSON reader's range
+        '"logprobs": {"tokens": ["token_id:' + LONG + '"], "token_logprobs": [-0.5]}',  # past the digit limit
+    ],
+)
+def test_a_token_id_past_int32_or_the_digit_limit_is_a_typed_engine_error(ids: str) -> None:
+    def fault(body: dict[str, Any], index: int) -> Reply:
+        return Reply(body='{"choices": [{"text": "", "finish_reason": "length", ' + ids + "}]}")
+
+    with CompletionsServer(faults=fault) as server, pytest.raises(EngineResponseError):
+        generate(engine_for(server.url, logprobs=True), max_tokens=1)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '[-0.5, Infinity, "a"]',
+        '[-0.5, 1.5, "a"]',
+        '[-0.5, 2147483648, "a"]',
+        '[1e999, 13, "a"]',
+        '[-0.5, true, "a"]',
+        '["-0.5", 13, "a"]',
+    ],
+)
+def test_an_sglang_logprob_entry_with_an_id_or_value_out_of_range_is_a_typed_error(entry: str) -> None:
+    body = (
+        '{"text": "x", "output_ids": [13], "meta_info": {"finish_reason": {"type": "length"}, '
+        f'"output_token_logprobs": [{entry}]}}}}'
+    )
+    engine_error = pytest.raises(EngineResponseError, match="output_token_logprobs")
+    with SGLangServer(faults=lambda request, index: Reply(body=body)) as server, engine_error:
+        generate(SGLangEngine(server.root, logprobs=True, backoff_s=0.0), max_tokens=1)
+
+
+def test_a_llama_byte_value_above_255_is_a_typed_error() -> None:
+    bad = {"tokens": [7], "content": "x", "completion_probabilities": [{"id": 7, "prob": 0.5, "bytes": [300]}]}
+    with LlamaServer(faults=[Reply(body=bad)]) as server:
+        engine = LlamaServerEngine(server.root, logprobs=True, backoff_s=0.0)
+        with pytest.raises(EngineResponseError, match="255"):
+            generate(engine, max_tokens=1)
+
+
+def test_the_judge_cache_reads_only_regular_files_within_the_cap_and_never_blocks(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    elsewhere = tmp_path / "elsewhere.json"
+    with ChatServer([answer(1, 2)] * 5) as server:
+        judge = judge_for(server.url, cache_dir=cache, max_answer_bytes=4096)
+        assert propose(judge).segment.start == 1
+        (entry,) = cache.glob("*/*.json")
+        body = entry.read_text()
+        assert propose(judge).segment.start == 1 and judge.stats()["cache_hits"] == 1  # a hit while it is sound
+        entry.write_text(body + " " * 5000)  # a sound answer, too large: a miss
+        assert propose(judge).segment.start == 1 and len(server.requests) == 2
+        elsewhere.write_text(body)
+        entry.unlink()
+        entry.symlink_to(elsewhere)  # a link, even to a sound answer: a miss
+        assert propose(judge).segment.start == 1 and len(server.requests) == 3
+        entry.unlink()
+        os.mkfifo(entry)  # reading a FIFO with no writer would block the event loop forever
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (propose(judge), done.set()), daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        if not done.is_set():  # unblock the reader before failing, so the thread ends
+            with open(os.open(entry, os.O_WRONLY | os.O_NONBLOCK), "w"):
+                pass
+        assert done.is_set() and len(server.requests) == 4
+    assert judge.stats()["cache_hits"] == 1 and judge.stats()["errors"] == 0
+
+
+def test_the_judge_cache_directory_is_private(tmp_path: Path) -> None:
+    cache = tmp_path / "runs" / "cache"
+    with ChatServer([answer(1, 2)]) as server:
+        assert propose(judge_for(server.url, cache_dir=cache)).segment.start == 1
+    (entry,) = cache.glob("*/*.json")
+    modes = [stat.S_IMODE(p.stat().st_mode) for p in (cache, entry.parent, entry)]
+    assert modes == [0o700, 0o700, 0o600]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    link = tmp_path / "link"
+    link.symlink_to(cache)
+    for where in (shared, link):
+        with pytest.raises(ValueError, match="not a private directory"):
+            propose(judge_for("http://127.0.0.1:9/v1", cache_dir=where))
+
+
+def test_a_pickled_engine_holds_no_key_and_reads_it_again_where_it_is_unpickled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(VARIABLE, SECRET)
+    forms = (*SECRET_FORMS, base64.b64encode(SECRET.encode()).decode())
+    with CompletionsServer() as completions, SGLangServer() as sglang, LlamaServer() as llama:
+        engines = [
+            (engine_for(completions.url, api_key_env=VARIABLE), completions),
+            (SGLangEngine(sglang.root, api_key_env=VARIABLE, backoff_s=0.0), sglang),
+            (LlamaServerEngine(llama.root, api_key_env=VARIABLE, slots=2, backoff_s=0.0), None),
+        ]
+        for engine, server in engines:
+            generate(engine, max_tokens=2)  # an engine that has run: its pools and stats are in use
+            pickled = pickle.dumps(engine)
+            assert not leaks([pickled.decode("latin-1")], forms), type(engine).__name__
+            copy = pickle.loads(pickled)
+            assert len(generate(copy, max_tokens=2).token_ids) >= 1
+            if server is not None:
+                assert server.headers[-1]["Authorization"] == f"Bearer {SECRET}"  # read again, sent
+        monkeypatch.delenv(VARIABLE)
+        with pytest.raises(ValueError, match=VARIABLE):
+            pickle.loads(pickle.dumps(engines[0][0]))

@@ -49,8 +49,9 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController  # noqa: 
 import prover_engine  # noqa: E402
 from prover_core import DivergenceJudge, ProverConfig  # noqa: E402
 from prover_core.credit import mask_runs  # noqa: E402
-from prover_core.errors import ContinuationLimitError, EngineTimeoutError  # noqa: E402
+from prover_core.errors import ContinuationLimitError  # noqa: E402
 from prover_engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
+from prover_engine.errors import EngineTimeoutError  # noqa: E402
 from prover_openrlhf import engine as engine_mod  # noqa: E402
 from prover_openrlhf import launch  # noqa: E402
 from prover_openrlhf.experience_maker import BONUS_INFO_KEY, ProverExperienceMaker  # noqa: E402

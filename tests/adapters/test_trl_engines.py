@@ -26,9 +26,10 @@ import torch  # noqa: E402
 
 from examples.trl_toy import tiny_causal_lm, word_tokenizer  # noqa: E402
 from prover_core import PolicyContext, Trajectory, Turn  # noqa: E402
-from prover_core.errors import EngineError, EngineTimeoutError  # noqa: E402
+from prover_core.errors import EngineError  # noqa: E402
 from prover_core.protocols import policy_rng  # noqa: E402
 from prover_engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
+from prover_engine.errors import EngineTimeoutError  # noqa: E402
 from prover_engine.policy import action_seed  # noqa: E402
 from prover_trl.engines import VLLMColocateEngine, VLLMServerEngine  # noqa: E402
 from tests.adapters.vllm_loopback import LoopbackVLLM, client_for  # noqa: E402

@@ -49,10 +49,11 @@ from verl.workers.rollout.llm_server import LLMServerManager  # noqa: E402
 import prover_verl  # noqa: E402
 from prover_core import ProverConfig, RandomJudge, Segment, Trajectory  # noqa: E402
 from prover_core.chance import Lift  # noqa: E402
-from prover_core.errors import EngineError, EngineTimeoutError  # noqa: E402
+from prover_core.errors import EngineError  # noqa: E402
 from prover_core.protocols import Step  # noqa: E402
 from prover_core.verify import continuation_seeds  # noqa: E402
 from prover_engine import EnginePolicy, SamplingParams, TokenStore  # noqa: E402
+from prover_engine.errors import EngineTimeoutError  # noqa: E402
 from prover_engine.policy import action_seed  # noqa: E402
 from prover_verl import SetupError  # noqa: E402
 from prover_verl.agent_loop import ProverEnvAgentLoop  # noqa: E402

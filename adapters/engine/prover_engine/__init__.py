@@ -9,11 +9,20 @@ generated action ids and the rendered observation ids: text is never re-tokenise
 them (vLLM); :class:`SGLangEngine` to SGLang's native ``/generate`` (SGLang 0.5.12's ``/v1/completions``
 returns no ids; docs/engines.md); :class:`LlamaServerEngine` to llama.cpp's ``llama-server``. They are
 imported on first use, so that code without them does not pay for httpx and tenacity at import time.
-:class:`ParityMonitor` compares the engine's logprobs of sampled tokens with the trainer's.
+:class:`ParityMonitor` compares the engine's logprobs of sampled tokens with the trainer's. The engines' errors
+(:mod:`prover_engine.errors`) are exported here; their base, ``EngineError``, is the core's.
 """
 
 from typing import TYPE_CHECKING, Any
 
+from prover_engine.errors import (
+    ContextLengthError,
+    EngineAnswerTooLargeError,
+    EngineHTTPError,
+    EngineResponseError,
+    EngineTimeoutError,
+    TokenRecordError,
+)
 from prover_engine.layout import check_record, close_turn
 from prover_engine.parity import ParityMonitor
 from prover_engine.policy import EnginePolicy, action_seed
@@ -28,7 +37,13 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ContextLengthError",
+    "EngineAnswerTooLargeError",
+    "EngineHTTPError",
     "EnginePolicy",
+    "EngineResponseError",
+    "EngineTimeoutError",
+    "TokenRecordError",
     "Generation",
     "LlamaServerEngine",
     "OpenAICompletionsEngine",

@@ -7,7 +7,7 @@ the rendered observation. An engine returns an end-of-turn token only when the m
 appends only ``render_observation(o)`` after its actions would see contexts the policy never saw.
 
 :func:`close_turn` is the chat template's rule; :func:`check_record` replays a recorded row through
-``close_action`` and ``render_observation`` and raises :class:`~prover_core.errors.TokenRecordError`
+``close_action`` and ``render_observation`` and raises :class:`~prover_engine.errors.TokenRecordError`
 where the rollout appended something else between two actions.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from prover_core.data import Trajectory
-from prover_core.errors import TokenRecordError
+from prover_engine.errors import TokenRecordError
 from prover_engine.protocol import Generation
 from prover_engine.tokens import TokenSequence
 

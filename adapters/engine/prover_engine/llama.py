@@ -55,8 +55,8 @@ output (``tokens_cached != tokens_evaluated + tokens_predicted - 1``) is counted
 Retries, time limits, connection pools and typed errors are :class:`OpenAICompletionsEngine`'s (this
 class only builds another request body and reads another answer): 429/502/503/504 (llama-server answers
 503 while it loads the model) and connection errors are retried, every other status raises
-:class:`~prover_core.errors.EngineHTTPError`, a malformed answer
-:class:`~prover_core.errors.EngineResponseError`.
+:class:`~prover_engine.errors.EngineHTTPError`, a malformed answer
+:class:`~prover_engine.errors.EngineResponseError`.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ from typing import Annotated, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from prover_core.errors import EngineError, EngineResponseError
+from prover_core.errors import EngineError
+from prover_engine.errors import EngineResponseError
 from prover_engine.openai import EngineCallStats, LogProb, OpenAICompletionsEngine, TokenId
 from prover_engine.protocol import Generation, SamplingParams
 
@@ -103,7 +104,7 @@ class LlamaTokenProb(BaseModel):
     id: TokenId
     prob: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     logprob: LogProb | None = None
-    bytes: list[int] | None = None
+    bytes: list[Annotated[int, Field(strict=True, ge=0, le=255)]] | None = None
 
     def log_prob(self) -> float:
         if self.prob is not None:
@@ -226,6 +227,19 @@ class LlamaServerEngine(OpenAICompletionsEngine):
         self._slot_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Lock]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """As :meth:`OpenAICompletionsEngine.__getstate__`, without the per-loop slot locks; the unpickled engine
+        routes afresh (a new process has no request in flight)."""
+        state = super().__getstate__()
+        del state["_slot_locks"]
+        if self.router is not None:
+            state["router"] = SlotRouter(len(self.router.busy))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._slot_locks = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         slots = len(self.router.busy) if self.router is not None else None

@@ -18,17 +18,17 @@ true``. The generated ids are read back exactly, never re-tokenised from text:
   same file), the way to read ids from a vLLM older than 0.10.2 (which ignores ``return_token_ids``).
 
 Anything else (not JSON, no choices, no ids, ids that are not non-negative integers, the two lists
-disagreeing) raises :class:`~prover_core.errors.EngineResponseError`.
+disagreeing) raises :class:`~prover_engine.errors.EngineResponseError`.
 
 Failures, per request (the policy is :class:`~prover_core.connections.RetryPolicy`, shared with the LLM judge):
 status 429, 502, 503, 504 and connection errors (refused, reset, dropped before the answer) are retried, up to
 ``max_attempts`` attempts in all; between attempts it sleeps the server's ``Retry-After`` when given, else
 ``backoff_s * 2**(n-1)`` plus jitter in ``[0, backoff_s)``, either capped at ``max_wait_s``. Every other status
-raises :class:`~prover_core.errors.EngineHTTPError` at once (its ``status`` says which); an exhausted retryable
-status raises it too. An attempt that runs past ``timeout_s`` raises :class:`~prover_core.errors.EngineTimeoutError`
+raises :class:`~prover_engine.errors.EngineHTTPError` at once (its ``status`` says which); an exhausted retryable
+status raises it too. An attempt that runs past ``timeout_s`` raises :class:`~prover_engine.errors.EngineTimeoutError`
 and is not retried (the server may still be generating it). An answer longer than ``max_answer_bytes``, or than
 64 KiB plus 1 KiB per token of the prompt and of ``max_tokens`` (:meth:`OpenAICompletionsEngine.answer_cap`), is not
-read further: :class:`~prover_core.errors.EngineAnswerTooLargeError`.
+read further: :class:`~prover_engine.errors.EngineAnswerTooLargeError`.
 
 Secrets (:mod:`~prover_core.redaction`): the API key is read from the environment variable ``api_key_env``
 (surrounding whitespace stripped, a non-printable character refused) and sent as a bearer token; it, the values of
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import httpx
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from tenacity import RetryCallState
 
 from prover_core.connections import (
@@ -61,18 +61,13 @@ from prover_core.connections import (
     parse_retry_after,
     read_capped,
 )
-from prover_core.errors import (
-    EngineAnswerTooLargeError,
-    EngineError,
-    EngineHTTPError,
-    EngineResponseError,
-    EngineTimeoutError,
-)
+from prover_core.errors import EngineError
 from prover_core.hosts import finite_arguments
-from prover_core.redaction import read_key
+from prover_core.redaction import read_key, refuse_url_credentials
+from prover_engine.errors import EngineAnswerTooLargeError, EngineHTTPError, EngineResponseError, EngineTimeoutError
 from prover_engine.protocol import Generation, SamplingParams
 
-__all__ = ["EngineCallStats", "LogProb", "OpenAICompletionsEngine", "TokenId", "check_logprob"]
+__all__ = ["TOKEN_ID_LIMIT", "EngineCallStats", "LogProb", "OpenAICompletionsEngine", "TokenId", "check_logprob"]
 
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _ANSWER_BASE_BYTES = 64 * 1024
@@ -84,10 +79,13 @@ _RESERVED = frozenset(
     | {"return_token_ids", "logprobs", "return_tokens_as_token_ids"}
 )
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
+TOKEN_ID_LIMIT = 2**31
+"""Token ids are below ``2**31``: llama.cpp's ``llama_token`` is an ``int32_t``, and vLLM's and SGLang's ids are
+int32 tensors; an id past it (a server's ``10**40``) is refused before it reaches a tokenizer."""
 _LAX = ConfigDict(extra="ignore")
 Answer = TypeVar("Answer", bound=BaseModel)
-TokenId = Annotated[int, Field(strict=True, ge=0)]
-"""A token id in a server's answer: a non-negative ``int`` (a bool, float or string is refused)."""
+TokenId = Annotated[int, Field(strict=True, ge=0, lt=TOKEN_ID_LIMIT)]
+"""A token id in a server's answer: an ``int`` in ``[0, 2**31)`` (a bool, float or string is refused)."""
 
 
 def check_logprob(value: float) -> float:
@@ -158,7 +156,11 @@ def _ids_in_logprob_tokens(logprobs: CompletionLogprobs | None) -> list[int] | N
     matches = [_TOKEN_ID.fullmatch(token) for token in logprobs.tokens]
     if not all(matches):
         return None
-    return [int(m.group(1)) for m in matches if m is not None]
+    digits = [m.group(1) for m in matches if m is not None]
+    for d in digits:  # the length first: int() of a number past Python's digit limit raises ValueError
+        if len(d) > len(str(TOKEN_ID_LIMIT)) or int(d) >= TOKEN_ID_LIMIT:
+            raise EngineResponseError(f"a logprob token names an id of {len(d)} digits, past 2**31")
+    return [int(d) for d in digits]
 
 
 @dataclass
@@ -198,13 +200,14 @@ class OpenAICompletionsEngine:
         max_answer_bytes: int = MAX_ANSWER_BYTES,
         proxy: str | None = None,
     ) -> None:
+        base_url = refuse_url_credentials(base_url)  # before any message shows the URL, whatever its scheme's spelling
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         if max_concurrency < 1 or max_attempts < 1 or max_answer_bytes < 1:
             raise ValueError("max_concurrency, max_attempts and max_answer_bytes must be >= 1")
         if timeout_s <= 0 or connect_timeout_s <= 0 or backoff_s < 0 or max_wait_s < 0:
             raise ValueError("timeouts must be positive, backoff_s and max_wait_s non-negative")
-        self._key: SecretStr | None = read_key(api_key_env, "the engine's API key") if api_key_env else None
+        self.api_key_env, self.proxy = api_key_env, proxy
         self.endpoint = base_url.rstrip("/") + "/completions"
         self.model = model
         self.max_concurrency = max_concurrency
@@ -228,16 +231,34 @@ class OpenAICompletionsEngine:
             max_wait_s=max_wait_s,
         )
         self.stats = EngineCallStats()
+        self._connect()
+
+    def _connect(self) -> None:
+        """Read the key from ``api_key_env`` and build the connection pools (at construction and unpickling)."""
+        key = read_key(self.api_key_env, "the engine's API key") if self.api_key_env else None
         self._pools = LoopPools(
             self.endpoint,
-            max_concurrency=max_concurrency,
-            timeout_s=timeout_s,
-            connect_timeout_s=connect_timeout_s,
-            api_key=self._key,
+            max_concurrency=self.max_concurrency,
+            timeout_s=self.timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+            api_key=key,
             headers=self.headers,
-            proxy=proxy,
+            proxy=self.proxy,
         )
         self._redact = self._pools.redact
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The settings and stats without the key and the connections: a pickle (a :class:`RayExecutor`'s object
+        store, which may spill to disk) never holds the key; :meth:`__setstate__` reads it again from
+        ``api_key_env`` where the engine is unpickled (unset there: :class:`ValueError` naming the variable).
+        ``headers`` and ``proxy`` travel as given: pass a secret through ``api_key_env``."""
+        state = dict(self.__dict__)
+        del state["_pools"], state["_redact"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._connect()
 
     def __repr__(self) -> str:
         return (

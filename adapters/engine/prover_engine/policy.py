@@ -10,9 +10,14 @@ appends after an action; default nothing, see :mod:`prover_engine.layout`) and
 ``o_i = render_observation(observation_i)``. With ``max_model_len`` set, each call's ``max_tokens`` is
 ``min(max_tokens, max_model_len - len(context))``, the room left (vLLM refuses ``len(context) +
 max_tokens > max_model_len`` with a 400); a context with no room left raises
-:class:`~prover_core.errors.ContextLengthError` before any request. Action ``j`` is
+:class:`~prover_engine.errors.ContextLengthError` before any request. Action ``j`` is
 sampled with seed ``action_seed(seed, j)``: a pre and a post continuation with the same seed (common
 random numbers) draw their ``j``-th actions with the same engine seed.
+
+Its tokens are known (a :class:`~prover_core.budget.TokenPolicy`), so verification can be capped in policy tokens
+(``ProverConfig.max_extra_token_share``): an action may generate at most ``sampling.max_tokens`` tokens
+(:meth:`EnginePolicy.max_action_tokens`, reserved before the call), and :meth:`EnginePolicy.action_tokens` says how
+many it did generate (the engine's token ids; the ids ``close_action`` appends are the template's, not generated).
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from prover_core.data import Trajectory
-from prover_core.errors import ContextLengthError, EngineError, EngineTimeoutError, TokenRecordError
+from prover_core.errors import EngineError
 from prover_core.hosts import call_user, check_finite
 from prover_core.protocols import PolicyContext
 from prover_core.restore import observations_equal
+from prover_engine.errors import ContextLengthError, EngineTimeoutError, TokenRecordError
 from prover_engine.layout import CloseAction, check_record, no_close
 from prover_engine.parity import ParityMonitor
 from prover_engine.protocol import Generation, SamplingParams, TokenEngine
@@ -80,13 +86,16 @@ class EnginePolicy:
     ``check_contexts`` (default), before a continuation of a trajectory builds its first context
     (action 1) the recorded row is replayed through ``close_action`` and ``render_observation``
     (:func:`~prover_engine.layout.check_record`, once per trajectory and step); a row they do not
-    reproduce fails those continuations with :class:`~prover_core.errors.TokenRecordError` (a recorded
+    reproduce fails those continuations with :class:`~prover_engine.errors.TokenRecordError` (a recorded
     skip, never a continuation from a context the rollout would not have sent). ``max_model_len``: see the module
     docstring. ``group_prefixes`` (default): when calls wait for a slot, those of a trajectory already
     in flight go first (:mod:`prover_engine.schedule`), so an engine's prefix cache serves them.
 
     ``parity`` (a :class:`~prover_engine.parity.ParityMonitor`) is offered every action; its gaps
     reach the report's metrics through :meth:`report_stats`.
+
+    It reports its tokens (:class:`~prover_core.budget.TokenPolicy`: :meth:`max_action_tokens`,
+    :meth:`action_tokens`), for a cap in policy tokens.
     """
 
     def __init__(
@@ -129,11 +138,14 @@ class EnginePolicy:
         self._checked: dict[str, TokenRecordError | None] = {}
         self.parity = parity
         self._contexts: dict[tuple[str, int, int], tuple[int, list[int]]] = {}
+        self._generated: dict[tuple[str, int, int], tuple[int, int]] = {}
+        """Each continuation's last action: ``(j, tokens generated)``."""
         self._limits: dict[asyncio.AbstractEventLoop, PrefixGate] = {}
 
     def clear(self) -> None:
         """Forget every continuation's context and the counters (call once per training step)."""
         self._contexts.clear()
+        self._generated.clear()
         self._checked.clear()
         self.stats = EngineStats()
         if self.parity is not None:
@@ -148,12 +160,9 @@ class EnginePolicy:
 
     def context_ids(self, context: PolicyContext) -> tuple[tuple[str, int, int], int, list[int]]:
         """``(key, j, ids)``: the continuation's key, the index of its next action, and its exact context."""
-        trajectory = context.trajectory
-        if trajectory is None or context.boundary is None:
-            raise EngineError("EnginePolicy continues recorded trajectories only (no trajectory or boundary given)")
-        b = context.boundary
-        j = len(context.history) - b
-        key = (trajectory.id, b, context.seed)
+        key, j = self._key(context)
+        trajectory, b = context.trajectory, key[1]
+        assert trajectory is not None
         if j == 0:
             ids = self.tokens.get(trajectory.id).context_before(trajectory, b)
             if context.replayed:
@@ -167,6 +176,14 @@ class EnginePolicy:
             observation = self._rendered(context.observation)
             ids = previous + observation
         return key, j, ids
+
+    @staticmethod
+    def _key(context: PolicyContext) -> tuple[tuple[str, int, int], int]:
+        """``(key, j)``: the continuation's key ``(trajectory id, boundary, seed)`` and the index of its next action."""
+        trajectory, b = context.trajectory, context.boundary
+        if trajectory is None or b is None:
+            raise EngineError("EnginePolicy continues recorded trajectories only (no trajectory or boundary given)")
+        return (trajectory.id, b, context.seed), len(context.history) - b
 
     def _rendered(self, observation: Any) -> list[int]:
         """``render_observation(observation)`` as a list of ints: the tokens the agent sees for it."""
@@ -194,9 +211,23 @@ class EnginePolicy:
         generation = await self.generate(ids, params, prefix=key[0] if self.group_prefixes else None)
         closing = [int(i) for i in self.close_action(generation)]
         self._contexts[key] = (j, ids + list(map(int, generation.token_ids)) + closing)
+        self._generated[key] = (j, len(generation.token_ids))
         if self.parity is not None:
             self.parity.offer(ids, generation)
         return self.parse_action(generation)
+
+    def max_action_tokens(self, context: PolicyContext) -> int:
+        """The most tokens the action for ``context`` may generate: ``sampling.max_tokens`` (:meth:`fit` only lowers
+        it, and a generation past it is refused, :class:`EngineError`)."""
+        return self.sampling.max_tokens
+
+    def action_tokens(self, context: PolicyContext) -> int:
+        """The tokens the engine generated for the action :meth:`act` just returned for ``context``."""
+        key, j = self._key(context)
+        done, tokens = self._generated.get(key, (-1, 0))
+        if done != j:
+            raise EngineError(f"continuation {key} has not generated its action {j} (its last: {done})")
+        return tokens
 
     def fit(self, context_len: int, params: SamplingParams) -> SamplingParams:
         """``params`` with ``max_tokens`` cut to ``max_model_len - context_len`` (the room left), if smaller.

@@ -34,14 +34,30 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from prover_core.errors import EngineError, EngineResponseError
-from prover_engine.openai import OpenAICompletionsEngine, TokenId, check_logprob
+from prover_core.errors import EngineError
+from prover_core.redaction import refuse_url_credentials
+from prover_engine.errors import EngineResponseError
+from prover_engine.openai import TOKEN_ID_LIMIT, OpenAICompletionsEngine, TokenId, check_logprob
 from prover_engine.protocol import Generation, SamplingParams
 
 __all__ = ["SGLangEngine"]
 
 _LAX = ConfigDict(extra="ignore")
 _SAMPLING = frozenset({"max_new_tokens", "sampling_seed", "stop_token_ids", "n", *SamplingParams().distribution()})
+
+
+def _token_id(value: Any) -> int:
+    """``value`` if it is an ``int`` in ``[0, 2**31)`` (not a bool, nor a float such as ``1.5``); else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < TOKEN_ID_LIMIT:
+        raise ValueError("not a token id")
+    return value
+
+
+def _number(value: Any) -> float:
+    """``value`` as a float if it is a JSON number (not a bool or a string); OverflowError past a float's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("not a number")
+    return float(value)
 
 
 class _Meta(BaseModel):
@@ -67,11 +83,12 @@ class GenerateResponse(BaseModel):
         entries = self.meta_info.output_token_logprobs
         if entries is not None:
             try:
-                ids = [int(entry[1]) for entry in entries]
-                values = [check_logprob(float(entry[0])) for entry in entries]
-            except (IndexError, TypeError, ValueError):
+                ids = [_token_id(entry[1]) for entry in entries]
+                values = [check_logprob(_number(entry[0])) for entry in entries]
+            except (IndexError, TypeError, ValueError, OverflowError):
                 raise EngineResponseError(
-                    f"SGLang's output_token_logprobs are not [logprob (<= 0, not NaN), id, text] entries: {entries[:3]}"
+                    "SGLang's output_token_logprobs are not [logprob (<= 0, not NaN), id (an int in [0, 2**31)), text] "
+                    f"entries: {repr(entries[:3])[:200]}"
                 ) from None
             if ids != self.output_ids:
                 raise EngineResponseError(
@@ -90,7 +107,7 @@ class SGLangEngine(OpenAICompletionsEngine):
     """
 
     def __init__(self, base_url: str, **settings: Any) -> None:
-        root = base_url.rstrip("/")
+        root = refuse_url_credentials(base_url).rstrip("/")  # before the message below shows the URL
         if root.endswith("/v1"):
             raise ValueError(f"SGLangEngine speaks to the server root (the native /generate), got {base_url!r}")
         super().__init__(root, "sglang", **settings)

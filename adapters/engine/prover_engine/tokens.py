@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from prover_core.data import Trajectory
-from prover_core.errors import TokenRecordError
+from prover_engine.errors import TokenRecordError
 
 __all__ = ["TokenSequence", "TokenStore"]
 

@@ -123,11 +123,11 @@ def _json_object(text: str) -> Any:
     first, last = text.find("{"), text.rfind("}")
     if 0 <= first < last:
         candidates.append(text[first : last + 1])
-    error: json.JSONDecodeError | None = None
+    error: ValueError | None = None
     for candidate in candidates:
         try:
             return json.loads(candidate)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # a JSONDecodeError, or an integer past Python's digit limit (4,300 digits)
             error = exc
     assert error is not None
     raise error
@@ -144,6 +144,8 @@ def parse_answer(content: str | None, truncated: bool = False) -> JudgeAnswer | 
         return f"the answer is not valid JSON{why}: {exc.msg} at position {exc.pos}; text began {clip(content, 80)!r}"
     except RecursionError:
         return f"the answer nests JSON too deeply; reply with the flat JSON object; text began {clip(content, 80)!r}"
+    except ValueError:
+        return f"the answer holds a number too long to read; give small integers; text began {clip(content, 80)!r}"
     if not isinstance(value, dict):
         return f"the answer must be a JSON object, got {type(value).__name__}"
     try:

@@ -218,7 +218,7 @@ class ChatClient:
             jitter_s=config.backoff_jitter_s,
             max_retry_after_s=config.max_retry_after_s,
         )
-        self.cache = ResponseCache(config.cache_dir) if config.cache_dir is not None else None
+        self.cache = ResponseCache(config.cache_dir, config.max_answer_bytes) if config.cache_dir is not None else None
         self._cache_warned = False
 
     # -- connection handling ---------------------------------------------------------------------

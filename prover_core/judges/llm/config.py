@@ -142,15 +142,18 @@ class LLMJudgeConfig(BaseModel):
     max_tokens_per_step: int | None = Field(default=None, ge=0)
 
     cache_dir: Path | None = None
-    """If set, responses are stored here keyed by the SHA-256 of the request, so a rerun costs nothing."""
+    """If set, responses are stored here keyed by the SHA-256 of the request, so a rerun costs nothing. A private
+    directory (made 0o700; a link, another user's or one others may write to is refused): whoever can write there
+    chooses the judge's answers (:mod:`~prover_core.judges.llm.cache`)."""
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
+        url = refuse_url_credentials(url)  # first, whatever the scheme's spelling: CredentialError is not a
+        # ValueError, so pydantic does not wrap it in a ValidationError, whose message would show the URL as given
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
-        return refuse_url_credentials(url).rstrip("/")  # CredentialError is not a ValueError: pydantic does not
-        # wrap it in a ValidationError, whose message would show the URL as given
+        return url.rstrip("/")
 
     @field_validator("extra_body")
     @classmethod

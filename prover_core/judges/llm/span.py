@@ -58,7 +58,7 @@ def _object(text: str) -> Any:
     for candidate in (text.strip(), text[text.find("{") : text.rfind("}") + 1]):
         try:
             return json.loads(candidate)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: not JSON, or an integer past Python's digit limit
             continue
     return None
 

@@ -53,10 +53,6 @@ _COUNTERS = (
 )
 
 
-Refused = JudgeRefusedError
-"""Former name of :class:`~prover_core.errors.JudgeRefusedError` (kept importable from here)."""
-
-
 class JudgeStats:
     """Thread-safe counters, the per-step budget check and the circuit breaker."""
 

@@ -66,10 +66,6 @@ _TOOL_NAMES = frozenset(spec["function"]["name"] for spec in TOOL_SPECS)
 _WORD = re.compile(r"\w+")
 
 
-ToolError = _ToolError
-"""A tool call the judge cannot run (:class:`prover_core.errors._ToolError`; internal, kept importable from here)."""
-
-
 def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
@@ -107,6 +103,8 @@ class Toolbox:
             raise _ToolError(f"the arguments of {name} are not valid JSON: {exc.msg}") from None
         except RecursionError:
             raise _ToolError(f"the arguments of {name} nest JSON too deeply") from None
+        except ValueError:  # an integer past Python's digit limit (4,300 digits)
+            raise _ToolError(f"the arguments of {name} hold a number too long to read") from None
         if not isinstance(args, dict):
             raise _ToolError(f"the arguments of {name} must be a JSON object")
         try:
