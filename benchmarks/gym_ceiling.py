@@ -82,13 +82,13 @@ def main() -> None:
                 wins += [t.success for t in case.trajectories]
                 oracle = BestTurn(case.decision)
                 for run, failures, others in eligible_groups(case, config):
-                    top = oracle.propose(run, failures, config.segment_rules)
+                    top = oracle.propose(run, failures, config.stages.propose.rules)
                     random_turn = matched_decision(case, run, 1, config)
                     if not isinstance(top, Proposal) or random_turn is None:
                         continue
                     best.append(case.decision[run.id][top.segment.start])
                     typical.append(random_turn)
-                    answer = ChoiceJudge().propose(run, failures, config.segment_rules, others=others)
+                    answer = ChoiceJudge().propose(run, failures, config.stages.propose.rules, others=others)
                     if isinstance(answer, Proposal):
                         chosen.append((case.decision[run.id][answer.segment.start], random_turn))
             found = sum(v >= NO_EFFECT for v in best)

@@ -59,7 +59,7 @@ def main() -> None:
                     o = key(t.observation)
                     if chosen[(o, value_key(t.action))] <= at[o] / 5:
                         rare[case.name].append(value)
-            answer = ChoiceJudge().propose(run, failures, config.segment_rules, others=others)
+            answer = ChoiceJudge().propose(run, failures, config.stages.propose.rules, others=others)
             if not isinstance(answer, Proposal):
                 continue
             same = matched_decision(case, run, 1, config)

@@ -132,7 +132,7 @@ def main() -> None:
             for name, judge in judges.items():
                 row = rows[(case.kind, name)]
                 row[1] += 1
-                answer = judge.propose(run, failures, config.segment_rules, others=others)
+                answer = judge.propose(run, failures, config.stages.propose.rules, others=others)
                 if not isinstance(answer, Proposal):
                     continue
                 value = case.decision_value(run.id, answer.segment.start, answer.segment.end) or 0.0

@@ -42,7 +42,7 @@ from prover_core.demo import MDPEnv, VaultMDP, exact_success_probability, vault_
 from prover_core.demo.run import rollout_batch, states_along
 from prover_core.protocols import Judge, Step
 from prover_core.sequential import operating_characteristics, pair_probabilities
-from prover_core.verify import sequential_test, verify_segment_detailed
+from prover_core.verify import verify_segment_detailed
 
 RULES: dict[str, ProverConfig] = {
     "fixed K=8, Delta > 0 (paper)": ProverConfig(k=8, curtail=False),
@@ -118,7 +118,7 @@ def exact_tally(config: ProverConfig, coupling: str) -> Tally:
     tally = Tally()
     for p_pre, p_post in SCENARIOS:
         if config.sampling == "adaptive":
-            oc = operating_characteristics(sequential_test(config), *pair_probabilities(p_pre, p_post, coupling))
+            oc = operating_characteristics(config.stages.verify.test, *pair_probabilities(p_pre, p_post, coupling))
             tally.add(p_post - p_pre, oc.accept, 2 * oc.expected_pairs, oc.expected_bonus)
         else:
             rule = AcceptanceRule(config.acceptance, config.posterior_threshold, config.lcb_alpha)
@@ -139,7 +139,10 @@ def measured_tally(config: ProverConfig, paired: bool, runs: int) -> Tally:
         cont = hook_continuer(lambda t, turn, seed: seed / 2**32 < rates[turn])
         cfg = config.model_copy(update={"paired_seeds": paired})
         out = await asyncio.gather(
-            *(verify_segment_detailed(traj, seg, cont, cfg.model_copy(update={"seed": s})) for s in range(runs))
+            *(
+                verify_segment_detailed(traj, seg, cont, cfg.model_copy(update={"seed": s}).stages.verify)
+                for s in range(runs)
+            )
         )
         acc = float(np.mean([v.accepted for v, _ in out]))
         spent = float(np.mean([s.spent for _, s in out]))

@@ -154,7 +154,7 @@ def credited(judge_name: str, result: BonusResult) -> list[Credited]:
 
 def random_baseline(batch: Sequence[Trajectory], config: ProverConfig, summary: Summary) -> None:
     """The exact expectation over uniformly random admissible segments of every eligible group."""
-    rules: SegmentRules = config.segment_rules
+    rules: SegmentRules = config.stages.propose.rules
     groups: dict[str, list[Trajectory]] = {}
     for t in batch:
         groups.setdefault(t.group_id, []).append(t)

@@ -7,7 +7,7 @@ way an eligible group is left out, keeping GRPO credit) for each it leaves out.
 Before the judge is asked (:data:`BEFORE_PROPOSE`):
 
 1. :func:`cap` (``max_verified_groups = n``): at most ``n`` groups, a uniformly random subset
-   (:func:`~prover_core.trigger.capped`, seeded by ``config.seed``);
+   (:func:`~prover_core.trigger.capped`, seeded by ``ProverConfig.seed``);
 2. :func:`controls` (``control_share``): marks that share of the gain groups to verify a random segment of the
    judge's length instead (:mod:`prover_core.chance`); it leaves none out;
 3. :func:`throttle` (``lift_throttle``): while the judge against chance of earlier steps (``context.prior``) is not
@@ -17,7 +17,7 @@ After the judge has proposed (:data:`AFTER_PROPOSE`), since it needs each segmen
 
 4. :func:`budget` (``max_extra_share`` and ``budget_plan``): the proposed groups that fit the call's turn cap.
 
-Seeds in one place: every draw is keyed by :func:`draw_seed`, a seed of ``config.seed``, the examined run's id
+Seeds in one place: every draw is keyed by :func:`draw_seed`, a seed of ``ProverConfig.seed``, the examined run's id
 and content, and the draw's own stream (:data:`STREAMS`), so the draws differ from step to step where a host
 repeats group ids, and do not depend on the batch's order.
 """
@@ -32,9 +32,9 @@ from typing import Any
 
 from prover_core.budget import expected_cost, plan, upper_cost
 from prover_core.chance import Lift, is_control
-from prover_core.config import ProverConfig
 from prover_core.data import Proposal, Trajectory
 from prover_core.report import Direction, GroupRecord, Stage, Status
+from prover_core.stages import CostSettings, Stages, VerifySettings
 from prover_core.trigger import capped, longest_failure, representative
 from prover_core.verify import continuation_seeds
 
@@ -119,18 +119,19 @@ def unverified(case: Case, stage: Stage, reason: str) -> GroupRecord:
     return case.record("unverified", stage, reason, proposal=case.proposal)
 
 
-def draw_seed(run: Trajectory, config: ProverConfig, stream: str) -> int:
+def draw_seed(run: Trajectory, settings: VerifySettings, stream: str) -> int:
     """The seed of one of :data:`STREAMS`' draws about ``run``: the first of
-    :func:`~prover_core.verify.continuation_seeds` (``config.seed``, the run's id and content) plus the stream's
+    :func:`~prover_core.verify.continuation_seeds` (the run's seed, the run's id and content) plus the stream's
     offset."""
-    return int(continuation_seeds(config, run, 1)[0][0]) + STREAMS[stream]
+    return int(continuation_seeds(settings, run, 1)[0][0]) + STREAMS[stream]
 
 
 @dataclass(frozen=True)
 class Context:
-    """What the allocation steps read: the config, the judge against chance of earlier steps, the turn cap."""
+    """What the allocation steps read: the stages' settings (the cost and chance ones, and ``k`` and the seed for
+    the draws), the judge against chance of earlier steps, the turn cap."""
 
-    config: ProverConfig
+    stages: Stages
     prior: Lift | None = None
     """A :class:`~prover_core.run.ProverRun`'s window total before this step (``None``: a lone call)."""
     turn_cap: int | None = None
@@ -152,8 +153,8 @@ def allocate(cases: list[Case], context: Context, steps: Sequence[Step]) -> tupl
 
 def cap(cases: list[Case], context: Context) -> tuple[list[Case], list[GroupRecord]]:
     """``max_verified_groups = n``: at most ``n`` cases, each equally likely (:func:`~prover_core.trigger.capped`)."""
-    n = context.config.max_verified_groups
-    kept_ids, _ = capped([c.group_id for c in cases], n, context.config.seed)
+    n = context.stages.cost.max_verified_groups
+    kept_ids, _ = capped([c.group_id for c in cases], n, context.stages.seed)
     chosen = set(kept_ids)
     reason = (
         f"eligible, not verified: max_verified_groups={n} of {len(cases)} eligible groups (a random subset is verified)"
@@ -166,11 +167,11 @@ def cap(cases: list[Case], context: Context) -> tuple[list[Case], list[GroupReco
 def controls(cases: list[Case], context: Context) -> tuple[list[Case], list[GroupRecord]]:
     """``control_share``: each gain case a control with that probability (:func:`~prover_core.chance.is_control`
     on the run's ``control`` draw); none left out."""
-    share = context.config.control_share
+    share = context.stages.chance.control_share
     if share <= 0:
         return cases, []
     marked = [
-        replace(c, control=is_control(c.group_id, share, draw_seed(c.examined, context.config, "control")))
+        replace(c, control=is_control(c.group_id, share, draw_seed(c.examined, context.stages.verify, "control")))
         if c.direction == "gain"
         else c
         for c in cases
@@ -182,13 +183,14 @@ def throttle(cases: list[Case], context: Context) -> tuple[list[Case], list[Grou
     """``lift_throttle``: while the earlier steps' lift interval does not lie above 0, the judge's own gain cases
     are kept at the controls' rate ``s / (1 - s)`` (``s = control_share``, the run's ``throttle`` draw); every case
     when the interval lies above 0, when no control was decided yet, or in a lone call (no ``prior``)."""
-    config, total = context.config, context.prior
-    if not config.lift_throttle or config.control_share <= 0 or total is None or not total.control_verified:
+    chance, total = context.stages.chance, context.prior
+    if not chance.lift_throttle or chance.control_share <= 0 or total is None or not total.control_verified:
         return cases, []
     low, high = total.interval()
     if low > 0:
         return cases, []
-    rate = min(1.0, config.control_share / (1.0 - config.control_share)) if config.control_share < 1 else 1.0
+    share = chance.control_share
+    rate = min(1.0, share / (1.0 - share)) if share < 1 else 1.0
     reason = (
         f"lift_throttle: the judge's lift over the window, {total.lift:+.2f} [{low:+.2f}, {high:+.2f}], is not above "
         f"chance, so its groups are verified at the controls' rate ({rate:.2f})"
@@ -198,7 +200,7 @@ def throttle(cases: list[Case], context: Context) -> tuple[list[Case], list[Grou
         return (
             c.direction != "gain"
             or c.control
-            or is_control(c.group_id, rate, draw_seed(c.examined, config, "throttle"))
+            or is_control(c.group_id, rate, draw_seed(c.examined, context.stages.verify, "throttle"))
         )
 
     return [c for c in cases if kept(c)], [unverified(c, "trigger", reason) for c in cases if not kept(c)]
@@ -209,20 +211,21 @@ def budget(cases: list[Case], context: Context) -> tuple[list[Case], list[GroupR
     (:func:`~prover_core.budget.expected_cost`) fit the turn cap in the plan's order (:func:`~prover_core.budget.plan`):
     ``batch`` order, a ``random`` order (the run's ``budget`` draw), or the ``planner``'s expected credit per
     expected turn; every case when uncapped or with ``budget_plan="off"``."""
-    config, turn_cap = context.config, context.turn_cap
-    if turn_cap is None or config.budget_plan == "off":
+    cost_settings, k, turn_cap = context.stages.cost, context.stages.verify.k, context.turn_cap
+    plan_name = cost_settings.budget_plan
+    if turn_cap is None or plan_name == "off":
         return cases, []
     costs, scores = [], []
     for i, c in enumerate(cases):
         assert c.proposal is not None  # the budget step runs after the judge has proposed
         seg = c.proposal.segment
-        cost = expected_cost([t.num_turns for t in c.members], seg.start, seg.end, config.k)
+        cost = expected_cost([t.num_turns for t in c.members], seg.start, seg.end, k)
         costs.append(cost)
-        if config.budget_plan == "planner":
+        if plan_name == "planner":
             rate = c.success_rate
             scores.append(seg.num_turns * (1 - rate if c.direction == "gain" else rate) / cost)
-        elif config.budget_plan == "random":
-            scores.append(float(draw_seed(c.examined, config, "budget")))
+        elif plan_name == "random":
+            scores.append(float(draw_seed(c.examined, context.stages.verify, "budget")))
         else:
             scores.append(-float(i))
     keep = plan(costs, scores, turn_cap)
@@ -230,14 +233,14 @@ def budget(cases: list[Case], context: Context) -> tuple[list[Case], list[GroupR
         unverified(
             c,
             "verify",
-            f"budget plan ({config.budget_plan}): expected cost {cost:.0f} turns does not fit the cap of {turn_cap} "
-            f"(max_extra_share={config.max_extra_share}) beside the groups ranked before it",
+            f"budget plan ({plan_name}): expected cost {cost:.0f} turns does not fit the cap of {turn_cap} "
+            f"(max_extra_share={cost_settings.max_extra_share}) beside the groups ranked before it",
         )
         for c, cost, kept in zip(cases, costs, keep, strict=True)
         if not kept
     ]
     kept_cases = [
-        replace(c, cost=cost, reserve=upper_cost([t.num_turns for t in c.members], seg.start, seg.end, config.k))
+        replace(c, cost=cost, reserve=upper_cost([t.num_turns for t in c.members], seg.start, seg.end, k))
         for c, cost, kept, seg in zip(
             cases, costs, keep, [c.proposal.segment for c in cases if c.proposal], strict=True
         )
@@ -246,9 +249,9 @@ def budget(cases: list[Case], context: Context) -> tuple[list[Case], list[GroupR
     return kept_cases, left
 
 
-def turn_cap_of(config: ProverConfig, rollout_turns: int) -> int | None:
+def turn_cap_of(cost: CostSettings, rollout_turns: int) -> int | None:
     """``floor(max_extra_share x rollout_turns)``, or ``None`` uncapped."""
-    return None if config.max_extra_share is None else math.floor(config.max_extra_share * rollout_turns)
+    return None if cost.max_extra_share is None else math.floor(cost.max_extra_share * rollout_turns)
 
 
 BEFORE_PROPOSE: tuple[Step, ...] = (cap, controls, throttle)

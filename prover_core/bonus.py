@@ -75,7 +75,7 @@ from prover_core.clock import PolicyClock
 from prover_core.config import ProverConfig
 from prover_core.continuations import Continuer, counted, make_continuer, metered, usage_error
 from prover_core.credit import segment_bonus, spread_to_tokens, turn_weights
-from prover_core.data import Decline, Proposal, Segment, Trajectory
+from prover_core.data import Decline, Proposal, Segment, SegmentRules, Trajectory
 from prover_core.errors import InvalidBatchError, JudgeTimeoutError, ProtocolError, ProverError
 from prover_core.grpo import grpo_advantages
 from prover_core.progress import Progress, ProgressFn, ProgressKind, ProgressLog, StageClock, format_progress
@@ -95,6 +95,7 @@ from prover_core.protocols import (
 from prover_core.redaction import reported
 from prover_core.report import Direction, GroupRecord, Report
 from prover_core.restore import ReplayEnv, SnapshotEnv
+from prover_core.stages import CreditSettings, ProposeSettings, VerifySettings
 from prover_core.trigger import trigger
 from prover_core.verify import verify_segment_detailed
 
@@ -168,23 +169,26 @@ def _uncredited(trajectory: Trajectory, start: int, end: int) -> tuple[int, ...]
     return tuple(t for t, span in spans if span is not None and span[0] == span[1])
 
 
-async def _propose_case(case: Case, judge: Judge, config: ProverConfig, clock: StageClock) -> GroupRecord | Proposal:
-    """Stage 2 for one group: the judge's checked proposal, or the record of a decline or a failed judge."""
+async def _propose_case(
+    case: Case, judge: Judge, settings: ProposeSettings, clock: StageClock, draws: VerifySettings
+) -> GroupRecord | Proposal:
+    """Stage 2 for one group: the judge's checked proposal, or the record of a decline or a failed judge (a control
+    group's segment is drawn with ``draws``' seed)."""
     try:
         with clock.stage("propose"):
             answer = await asyncio.wait_for(
-                propose(judge, case.examined, case.against, config.segment_rules, case.others), config.judge_timeout_s
+                propose(judge, case.examined, case.against, settings.rules, case.others), settings.timeout_s
             )
     except asyncio.TimeoutError:  # propose() turns the judge's own errors into JudgeError: this is our limit
-        timed_out = JudgeTimeoutError(f"judge timed out after {config.judge_timeout_s} s")
-        if config.strict:
+        timed_out = JudgeTimeoutError(f"judge timed out after {settings.timeout_s} s")
+        if settings.strict:
             raise timed_out from None
         return case.record("skipped", "propose", f"{type(timed_out).__name__}: {timed_out}")
     except ProverError as exc:
         fatal = usage_error(exc)
         if fatal is not None and fatal is not exc:
             raise fatal from exc
-        if config.strict or fatal is not None:
+        if settings.strict or fatal is not None:
             raise
         why = reported(f"{type(exc).__name__}: {exc}")  # a judge's error may carry a server's text
         logger.debug("group %s: propose failed, skipped: %s", case.group_id, why)
@@ -196,15 +200,15 @@ async def _propose_case(case: Case, judge: Judge, config: ProverConfig, clock: S
     segment = answer.segment
     logger.debug("group %s: proposed turns [%d, %d] of %s", case.group_id, segment.start, segment.end, case.examined.id)
     if case.control:
-        return _control(case, segment, config)
+        return _control(case, segment, settings.rules, draw_seed(case.examined, draws, "control"))
     return answer.model_copy(update={"rationale": reported(answer.rationale)})
 
 
-def _control(case: Case, nominated: Segment, config: ProverConfig) -> GroupRecord | Proposal:
+def _control(case: Case, nominated: Segment, rules: SegmentRules, seed: int) -> GroupRecord | Proposal:
     """A control group's proposal: a uniformly random admissible segment of the nominated segment's length
-    (:func:`~prover_core.chance.control_segment`), or the record of a decline when none has that length."""
+    (:func:`~prover_core.chance.control_segment`, drawn with ``seed``), or the record of a decline when none has that
+    length."""
     judged = f"the judge nominated turns [{nominated.start}, {nominated.end}]"
-    rules, seed = config.segment_rules, draw_seed(case.examined, config, "control")
     segment = control_segment(case.examined, nominated.num_turns, rules, seed)
     if segment is None:
         reason = f"control: no admissible segment of {nominated.num_turns} turns to draw ({judged})"
@@ -217,17 +221,17 @@ async def _verify_case(
     case: Case,
     answer: Proposal,
     continuer: Continuer,
-    config: ProverConfig,
+    settings: tuple[VerifySettings, CreditSettings],
     limit: asyncio.Semaphore,
     clocks: tuple[StageClock, PolicyClock],
     budget: TurnBudget | None = None,
     tokens: TurnBudget | None = None,
 ) -> tuple[GroupRecord, tuple[str, NDArray[np.float64]] | None]:
     """Stages 3 and 4 for one group: verify the proposed segment and, if accepted, its per-turn bonus."""
-    examined, (stages, rounds) = case.examined, clocks
+    examined, (stages, rounds), (verifying, crediting) = case.examined, clocks, settings
     with stages.stage("verify"):
         verification, stats = await verify_segment_detailed(
-            examined, answer.segment, continuer, config, limit, case.direction, rounds, budget, tokens
+            examined, answer.segment, continuer, verifying, limit, case.direction, rounds, budget, tokens
         )
     logger.debug(
         "group %s: verified, %s (pre %d/%d, post %d/%d, %d continuations): %s",
@@ -245,7 +249,7 @@ async def _verify_case(
         return case.record("skipped", "verify", verification.reason, **found), None
     if not verification.accepted:
         return case.record("rejected", "verify", verification.reason, **found), None
-    lam = config.lam if case.direction == "gain" else config.effective_negative_lam
+    lam = crediting.lam_for(case.direction)
     bonus = segment_bonus(examined.num_turns, answer.segment, verification.delta, lam)
     uncredited = _uncredited(examined, answer.segment.start, answer.segment.end)
     if uncredited:
@@ -312,7 +316,7 @@ async def run_pipeline(
     against chance over earlier steps (a :class:`~prover_core.run.ProverRun`'s window), which ``lift_throttle``
     reads; the report's ``lift`` is left for the caller."""
     env, policy, continue_from, executor = hooks.env, hooks.policy, hooks.continue_from, hooks.executor
-    started = time.perf_counter()
+    started, stage = time.perf_counter(), config.stages
     require(judge, "judge", Judge, "propose(success, failures, rules)")
     if progress is not None and (isinstance(progress, type) or not callable(progress)):
         raise ProtocolError(f"progress must be callable as progress(event); got {described(progress)}")
@@ -321,11 +325,11 @@ async def run_pipeline(
         policy,
         continue_from,
         executor,
-        max_turns=config.max_continuation_turns,
-        threaded=config.continuation_timeout_s is not None,  # so that the time limit holds over blocking code
-        pairing=config.pairing,
-        replay=config.delta_of == "choices",
-        count_tokens=config.max_extra_token_share is not None,  # refuses what cannot report its tokens
+        max_turns=stage.verify.max_continuation_turns,
+        threaded=stage.verify.continuation_timeout_s is not None,  # so that the time limit holds over blocking code
+        pairing=stage.verify.pairing,
+        replay=stage.verify.delta_of == "choices",
+        count_tokens=stage.cost.max_extra_token_share is not None,  # refuses what cannot report its tokens
     )
     for cache in (env, getattr(executor, "snapshots", None)):
         if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
@@ -333,17 +337,17 @@ async def run_pipeline(
     restorers = [r for r in (env, getattr(executor, "snapshots", None)) if isinstance(r, ReplayEnv | SnapshotEnv)]
     closes_before = sum(r.close_failures for r in restorers)
     groups = group_batch(trajectories)
-    advantages = grpo_advantages(groups, normalize_std=config.normalize_std, eps=config.std_eps)
+    advantages = grpo_advantages(groups, normalize_std=stage.credit.normalize_std, eps=stage.credit.std_eps)
     everyone = [t for members in groups.values() for t in members]
     turn_bonus = {t.id: np.zeros(t.num_turns) for t in everyone}
-    token_cap = token_cap_of(config.max_extra_token_share, everyone)  # a batch without its token spans: refused
+    token_cap = token_cap_of(stage.cost.max_extra_token_share, everyone)  # a batch without its token spans: refused
 
     # 1. Trigger: the groups inside the band
-    eligible, records = trigger(groups, config)
+    eligible, records = trigger(groups, stage.trigger)
     if logger.isEnabledFor(logging.DEBUG):
         _log_trigger(groups, dict(eligible))
     rollout_turns = sum(t.num_turns for t in everyone)
-    context = Context(config, prior, turn_cap_of(config, rollout_turns))
+    context = Context(stage, prior, turn_cap_of(stage.cost, rollout_turns))
     # Allocate: which of them the judge and the continuations are spent on (cap, controls, throttle)
     cases, left = allocate([Case(gid, groups[gid], direction) for gid, direction in eligible], context, BEFORE_PROPOSE)
     records.update({r.group_id: r for r in left})
@@ -352,7 +356,7 @@ async def run_pipeline(
     continuer = counted(continuer, tally.continuation_ended)
 
     async def judged(case: Case) -> Case | None:
-        answer = await _propose_case(case, judge, config, stages)
+        answer = await _propose_case(case, judge, stage.propose, stages, stage.verify)
         if isinstance(answer, GroupRecord):
             records[case.group_id] = answer
             tally.group_finished(answer)
@@ -366,7 +370,7 @@ async def run_pipeline(
     for record in left:
         records[record.group_id] = record
         tally.group_finished(record)
-    limit, rounds = asyncio.Semaphore(config.concurrency_for(len(proposed))), tally.clock
+    limit, rounds = asyncio.Semaphore(stage.verify.concurrency_for(len(proposed))), tally.clock
     budget = None if context.turn_cap is None else TurnBudget(context.turn_cap)
     tokens = None if token_cap is None else TurnBudget(token_cap)
 
@@ -381,13 +385,20 @@ async def run_pipeline(
             share = await admission.enter(case.reserve)
             if share is None:
                 reason = (f"budget: not started, the cap's {budget.left if budget else 0} turns left cannot cover "
-                          f"the {case.reserve} it reserves (max_extra_share={config.max_extra_share})")  # fmt: skip
+                          f"the {case.reserve} it reserves (max_extra_share={stage.cost.max_extra_share})")  # fmt: skip
                 records[case.group_id] = left_out = unverified(case, "verify", reason)
                 tally.group_finished(left_out)
                 return
         try:
             record, credit = await _verify_case(
-                case, case.proposal, continuer, config, limit, (stages, rounds), share or budget, tokens
+                case,
+                case.proposal,
+                continuer,
+                (stage.verify, stage.credit),
+                limit,
+                (stages, rounds),
+                share or budget,
+                tokens,
             )
         finally:
             if share is not None and admission is not None:
@@ -404,7 +415,7 @@ async def run_pipeline(
     examined = [records[case.group_id] for case in cases]
     if not _warn_if_all_skipped(examined):
         _warn_if_no_continuation_finished(examined)
-    mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus, config.episode_keys)
+    mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus, stage.credit.episode_keys)
     policy_stats = getattr(policy, "report_stats", None)
     engine_stats = dict(await resolve(policy_stats())) if callable(policy_stats) else {}
     weights = {t.id: turn_weights(t) for t in everyone}

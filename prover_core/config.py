@@ -7,7 +7,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from prover_core._finite import FINITE
+from prover_core.acceptance import AcceptanceRule
 from prover_core.data import SegmentRules
+from prover_core.sequential import SequentialTest
+from prover_core.stages import (
+    ChanceSettings,
+    CostSettings,
+    CreditSettings,
+    ProposeSettings,
+    Stages,
+    TriggerSettings,
+    VerifySettings,
+)
 
 __all__ = ["ProverConfig"]
 
@@ -183,17 +194,7 @@ class ProverConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ProverConfig:
-        if not self.trigger_low < self.trigger_high:
-            raise ValueError(f"trigger_low ({self.trigger_low}) must be below trigger_high ({self.trigger_high})")
-        if self.min_finished is not None and self.min_finished > self.k:
-            raise ValueError(f"min_finished ({self.min_finished}) cannot exceed k ({self.k})")
-        if self.sampling == "adaptive" and self.acceptance != "delta_positive":
-            raise ValueError(
-                "sampling='adaptive' decides by its own anytime-valid test; leave acceptance at its default "
-                "(set adaptive_alpha instead)"
-            )
-        if not self.negative_trigger_low < self.negative_trigger_high:
-            raise ValueError("negative_trigger_low must be below negative_trigger_high")
+        self.stages  # noqa: B018  # each stage checks the settings that combine fields (prover_core.stages)
         return self
 
     @model_validator(mode="before")
@@ -209,31 +210,55 @@ class ProverConfig(BaseModel):
                 )
         return data
 
-    def concurrency_for(self, groups: int) -> int:
-        """Continuations in flight at once for ``groups`` verifications: ``max_concurrency``, or (``None``) every
-        continuation they can launch, ``2 x max(k, max_adaptive_k)`` each."""
-        if self.max_concurrency is not None:
-            return self.max_concurrency
-        return max(1, 2 * max(self.k, self.max_adaptive_k) * groups)
-
     @property
-    def segment_rules(self) -> SegmentRules:
-        return SegmentRules(max_turns=self.max_segment_turns, nonterminal_end=self.nonterminal_end)
-
-    @property
-    def required_finished(self) -> int:
-        return self.k if self.min_finished is None else self.min_finished
-
-    @property
-    def allowed_failures(self) -> int:
-        """Continuations per boundary that may fail to finish (``k - required_finished``)."""
-        return self.k - self.required_finished
-
-    @property
-    def max_adaptive_k(self) -> int:
-        return -(-3 * self.k // 2) if self.adaptive_max_k is None else self.adaptive_max_k
-
-    @property
-    def effective_negative_lam(self) -> float:
-        """The lambda negative credit uses: ``negative_lam``, or ``lam`` when it is unset."""
-        return self.lam if self.negative_lam is None else self.negative_lam
+    def stages(self) -> Stages:
+        """Each stage's settings (:mod:`prover_core.stages`), built from the fields and checked as they are built."""
+        sequential = None
+        if self.sampling == "adaptive":
+            most = -(-3 * self.k // 2) if self.adaptive_max_k is None else self.adaptive_max_k
+            sequential = SequentialTest(
+                alpha=self.adaptive_alpha,
+                beta=self.adaptive_beta,
+                min_effect=self.adaptive_min_effect,
+                max_pairs=most,
+                round_pairs=self.adaptive_round,
+            )
+        negative = (self.negative_trigger_low, self.negative_trigger_high) if self.negative_credit else None
+        trigger = TriggerSettings(self.trigger_low, self.trigger_high, negative)
+        if not self.negative_trigger_low < self.negative_trigger_high:  # checked whether or not it is used
+            raise ValueError("negative_trigger_low must be below negative_trigger_high")
+        return Stages(
+            trigger=trigger,
+            propose=ProposeSettings(
+                SegmentRules(max_turns=self.max_segment_turns, nonterminal_end=self.nonterminal_end),
+                self.judge_timeout_s,
+                self.strict,
+            ),
+            verify=VerifySettings(
+                k=self.k,
+                rule=AcceptanceRule(self.acceptance, threshold=self.posterior_threshold, alpha=self.lcb_alpha),
+                test=sequential,
+                curtail=self.curtail_mode if self.curtail else None,
+                delta_of=self.delta_of,
+                seed=self.seed,
+                paired_seeds=self.paired_seeds,
+                pairing=self.pairing,
+                required_finished=self.min_finished,
+                max_continuation_turns=self.max_continuation_turns,
+                continuation_timeout_s=self.continuation_timeout_s,
+                max_concurrency=self.max_concurrency,
+                strict=self.strict,
+            ),
+            credit=CreditSettings(
+                self.lam,
+                self.lam if self.negative_lam is None else self.negative_lam,
+                self.normalize_std,
+                self.std_eps,
+                self.episode_keys,
+            ),
+            cost=CostSettings(
+                self.max_verified_groups, self.max_extra_share, self.max_extra_token_share, self.budget_plan
+            ),
+            chance=ChanceSettings(self.control_share, self.lift_throttle, self.lift_window),
+            seed=self.seed,
+        )

@@ -94,16 +94,16 @@ async def curtailed(
 ) -> tuple[list[Result], list[Result], bool]:
     """Pre and post results of fixed-K sampling with curtailment, and whether the second boundary was skipped.
 
-    The first boundary is post for a gain, pre for a drop. ``curtail_mode="overlap"``: both boundaries start
-    together and the second boundary's continuations are stopped the moment the first boundary's results settle
-    the decision (checked as each of them ends, inside its own task, before a batching policy sends the next
-    call). ``"wait"``, and ``"overlap"`` for a continuer whose turns cannot be stopped from here (a
-    ``continue_from`` hook, an executor that runs elsewhere: not ``metered``): the second boundary starts once the
+    The first boundary is post for a gain, pre for a drop. ``curtail="overlap"`` (``ProverConfig.curtail_mode``):
+    both boundaries start together and the second boundary's continuations are stopped the moment the first
+    boundary's results settle the decision (checked as each of them ends, inside its own task, before a batching
+    policy sends the next call). ``"wait"``, and ``"overlap"`` for a continuer whose turns cannot be stopped from here
+    (a ``continue_from`` hook, an executor that runs elsewhere: not ``metered``): the second boundary starts once the
     first has ended, if the first has not :func:`settled` the decision. Either way a skipped boundary's results
     are not used, so every schedule decides as running every continuation would.
     """
-    config = runner.config
-    k, allowed = config.k, config.allowed_failures
+    settings = runner.settings
+    k, allowed = settings.k, settings.allowed_failures
     gain = direction == "gain"
     first_name, second_name = ("post", "pre") if gain else ("pre", "post")
 
@@ -112,7 +112,7 @@ async def curtailed(
             return runner.pre(segment, pre_seeds, meters)
         return runner.post(segment, post_seeds, meters)
 
-    if config.curtail_mode == "wait" or not metered(runner.continuer):
+    if settings.curtail == "wait" or not metered(runner.continuer):
         first: list[Result] = list(await asyncio.gather(*launch(first_name)))
         if settled(first, 0, k, rule, allowed, direction):
             return ([], first, True) if gain else (first, [], True)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from prover_core.config import ProverConfig
 from prover_core.data import Trajectory
 from prover_core.report import Direction, GroupRecord
+from prover_core.stages import TriggerSettings
 
 __all__ = ["capped", "is_eligible", "longest_failure", "representative", "success_rate", "trigger"]
 
@@ -61,12 +61,12 @@ def capped(group_ids: Sequence[str], limit: int | None, seed: int = 0) -> tuple[
 
 
 def trigger(
-    groups: Mapping[str, Sequence[Trajectory]], config: ProverConfig
+    groups: Mapping[str, Sequence[Trajectory]], settings: TriggerSettings
 ) -> tuple[list[tuple[str, Direction]], dict[str, GroupRecord]]:
     """Stage 1 over a batch: ``(eligible, records)``.
 
     ``eligible`` lists ``(group_id, direction)`` in batch order: ``gain`` for a success rate inside
-    ``(trigger_low, trigger_high)``, ``drop`` (with ``negative_credit``) inside the negative trigger's range.
+    ``(low, high)``, ``drop`` inside the negative band when ``settings`` has one (``ProverConfig.stages.trigger``).
     ``records`` holds every other group, ``not_eligible``. Which eligible groups are verified is
     :mod:`prover_core.allocate`'s (``max_verified_groups`` among them, with :func:`capped`).
     """
@@ -74,9 +74,9 @@ def trigger(
     directions: dict[str, Direction] = {}
     for gid, members in groups.items():
         rate, successes = success_rate(members), sum(t.success for t in members)
-        if is_eligible(rate, config.trigger_low, config.trigger_high):
+        if is_eligible(rate, settings.low, settings.high):
             directions[gid] = "gain"
-        elif config.negative_credit and is_eligible(rate, config.negative_trigger_low, config.negative_trigger_high):
+        elif settings.negative is not None and is_eligible(rate, *settings.negative):
             directions[gid] = "drop"
         else:
             records[gid] = GroupRecord(
@@ -84,6 +84,6 @@ def trigger(
                 size=len(members),
                 successes=successes,
                 status="not_eligible",
-                reason=f"success rate {successes}/{len(members)} outside ({config.trigger_low}, {config.trigger_high})",
+                reason=f"success rate {successes}/{len(members)} outside ({settings.low}, {settings.high})",
             )
     return list(directions.items()), records

@@ -47,43 +47,41 @@ import numpy as np
 from prover_core.acceptance import AcceptanceRule, Direction
 from prover_core.budget import TurnBudget, settled_by, stopped_counts
 from prover_core.clock import PolicyClock
-from prover_core.config import ProverConfig
 from prover_core.continuations import Continuer, metered
 from prover_core.curtail import best_case, curtailed
 from prover_core.data import Outcome, Segment, Trajectory, Verification, json_plain
 from prover_core.report import VerifyStats
 from prover_core.runner import Result, Runner, failures, incomplete_reason, tally
-from prover_core.sequential import SequentialState, SequentialTest
+from prover_core.sequential import SequentialState
+from prover_core.stages import VerifySettings
 
 __all__ = [
-    "acceptance_rule",
     "continuation_seeds",
-    "sequential_test",
     "verify_segment",
     "verify_segment_detailed",
 ]
 
 
 def continuation_seeds(
-    config: ProverConfig, trajectory: Trajectory | str, count: int | None = None
+    settings: VerifySettings, trajectory: Trajectory | str, count: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Seeds of ``count`` (default K) pre and post continuations; equal pairwise when ``paired_seeds``.
 
-    Derived from ``config.seed``, the trajectory id and, given a :class:`Trajectory`, a digest of its
-    content (reset spec, observations, actions): stable across processes and runs, so the same batch
-    gets the same seeds, while each training step's new episodes get new ones even when ``config.seed``
+    Derived from ``settings.seed`` (``ProverConfig.seed``), the trajectory id and, given a :class:`Trajectory`, a
+    digest of its content (reset spec, observations, actions): stable across processes and runs, so the same batch
+    gets the same seeds, while each training step's new episodes get new ones even when the seed
     and the ids repeat (a ``ProverConfig`` built once and reused every step). Content that does not
     pickle falls back to the id alone. The pre seeds of a longer list start with those of a shorter
     one, so adaptive sampling's first K pre continuations are the fixed-K ones.
     """
-    n = config.k if count is None else count
+    n = settings.k if count is None else count
     trajectory_id = trajectory if isinstance(trajectory, str) else trajectory.id
-    words = [config.seed, zlib.crc32(trajectory_id.encode())]
+    words = [settings.seed, zlib.crc32(trajectory_id.encode())]
     if not isinstance(trajectory, str):
         words += _content_words(trajectory)
     seeds = np.random.SeedSequence(words).generate_state(2 * n, dtype=np.uint32).tolist()
     pre = seeds[:n]
-    return pre, (pre if config.paired_seeds else seeds[n:])
+    return pre, (pre if settings.paired_seeds else seeds[n:])
 
 
 def _content_words(trajectory: Trajectory) -> list[int]:
@@ -104,34 +102,19 @@ def _content_words(trajectory: Trajectory) -> list[int]:
     return [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
 
 
-def acceptance_rule(config: ProverConfig) -> AcceptanceRule:
-    """The fixed-K rule ``config`` selects."""
-    return AcceptanceRule(config.acceptance, threshold=config.posterior_threshold, alpha=config.lcb_alpha)
-
-
-def sequential_test(config: ProverConfig) -> SequentialTest:
-    """The adaptive test ``config`` selects."""
-    return SequentialTest(
-        alpha=config.adaptive_alpha,
-        beta=config.adaptive_beta,
-        min_effect=config.adaptive_min_effect,
-        max_pairs=config.max_adaptive_k,
-        round_pairs=config.adaptive_round,
-    )
-
-
 async def verify_segment_detailed(
     trajectory: Trajectory,
     segment: Segment,
     continuer: Continuer,
-    config: ProverConfig,
+    settings: VerifySettings,
     limit: asyncio.Semaphore | None = None,
     direction: Direction = "gain",
     clock: PolicyClock | None = None,
     budget: TurnBudget | None = None,
     tokens: TurnBudget | None = None,
 ) -> tuple[Verification, VerifyStats]:
-    """Verify ``segment`` by ``config.sampling`` and return the verification with its cost and stopping.
+    """Verify ``segment`` as ``settings`` say (``ProverConfig.stages.verify``: a fixed-K ``rule``, or adaptive
+    sampling's ``test``) and return the verification with its cost and stopping.
 
     ``direction="drop"`` asks whether the segment *lowered* the success rate (negative credit). ``clock``: the
     :class:`PolicyClock` of every verification that runs together (default: one of its own). ``budget``: the call's
@@ -141,32 +124,33 @@ async def verify_segment_detailed(
     continuation reserves its most tokens (``continuer`` must count them: ``make_continuer(count_tokens=True)``);
     the verifications it stops are decided the same way.
     """
-    limit = limit or asyncio.Semaphore(config.concurrency_for(1))
-    runner = Runner(trajectory, continuer, config, limit, clock, budget, tokens)
-    if config.sampling == "adaptive":
+    limit = limit or asyncio.Semaphore(settings.concurrency_for(1))
+    runner = Runner(trajectory, continuer, settings, limit, clock, budget, tokens)
+    if settings.test is not None:
         return await _adaptive(runner, segment, direction)
     return await _fixed(runner, segment, direction)
 
 
 async def _fixed(runner: Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
-    config, trajectory = runner.config, runner.trajectory
-    rule = acceptance_rule(config)
-    pre_seeds, post_seeds = continuation_seeds(config, trajectory)
+    settings, trajectory = runner.settings, runner.trajectory
+    rule, k = settings.rule, settings.k
+    pre_seeds, post_seeds = continuation_seeds(settings, trajectory)
     skipped = False
-    if config.curtail:
+    if settings.curtail is not None:
         pre, post, skipped = await curtailed(runner, segment, pre_seeds, post_seeds, rule, direction)
     else:
         results = await runner.pairs(segment, pre_seeds, post_seeds)
-        pre, post = results[: config.k], results[config.k :]
+        pre, post = results[:k], results[k:]
     counts = tally(pre, post)
     counts["policy_turns"] += runner.cancelled_turns + runner.budget_turns
-    waited = config.curtail and not skipped and (config.curtail_mode == "wait" or not metered(runner.continuer))
+    waited = settings.curtail is not None and not skipped
+    waited = waited and (settings.curtail == "wait" or not metered(runner.continuer))
     stats = dict(
         sampling="fixed",
-        rule=config.acceptance,
+        rule=rule.name,
         direction=direction,
-        budget=2 * config.k,
-        fixed_budget=2 * config.k,
+        budget=2 * k,
+        fixed_budget=2 * k,
         spent=runner.spent,
         cancelled=runner.cancelled,
         rounds=2 if waited else 1,
@@ -180,9 +164,9 @@ async def _fixed(runner: Runner, segment: Segment, direction: Direction) -> tupl
     if any(stopped) and not skipped:
         capped = (runner.budget is not None, runner.tokens is not None)
         which = {(True, True): "turn and token budgets", (False, True): "token budget"}.get(capped, "turn budget")
-        return _budget_decision(counts, stopped, rule, direction, config, stats, which)
+        return _budget_decision(counts, stopped, rule, direction, k, stats, which)
     second = ("pre" if direction == "gain" else "post") if skipped else None
-    reason = incomplete_reason(pre, post, config.required_finished, config.k, not_run=second)
+    reason = incomplete_reason(pre, post, settings.finished, k, not_run=second)
     if reason is not None:
         return Verification(accepted=False, reason=reason, incomplete=True, **counts), VerifyStats(
             stop="incomplete", **stats
@@ -190,11 +174,11 @@ async def _fixed(runner: Runner, segment: Segment, direction: Direction) -> tupl
     if skipped:
         first = "post" if direction == "gain" else "pre"
         successes, count = counts[f"{first}_successes"], counts[f"{first}_count"]
-        _, why = best_case(successes, count, config.k, rule, direction)
+        _, why = best_case(successes, count, k, rule, direction)
         fate = f"were stopped after {runner.cancelled_turns} policy turns" if runner.cancelled else "were not run"
         reason = (
-            f"curtailed: {first} {successes}/{count}; even with 0/{config.k} at {second} it would be rejected "
-            f"({why}), so the {config.k} {second} continuations {fate}"
+            f"curtailed: {first} {successes}/{count}; even with 0/{k} at {second} it would be rejected "
+            f"({why}), so the {k} {second} continuations {fate}"
         )
         return Verification(accepted=False, reason=reason, curtailed=True, **counts), VerifyStats(
             stop="curtailed", **stats
@@ -210,7 +194,7 @@ def _budget_decision(
     stopped: tuple[int, int],
     rule: AcceptanceRule,
     direction: Direction,
-    config: ProverConfig,
+    k: int,
     stats: dict[str, Any],
     which: str = "turn budget",
 ) -> tuple[Verification, VerifyStats]:
@@ -219,7 +203,7 @@ def _budget_decision(
     pre, post = (counts["pre_successes"], counts["pre_count"]), (counts["post_successes"], counts["post_count"])
     other = counts["failed_continuations"] - sum(stopped)
     cut = f"the {which} stopped {stopped[0]} pre and {stopped[1]} post continuations"
-    decided = settled_by(rule, config.k, pre, post, stopped, direction) if other == 0 else None
+    decided = settled_by(rule, k, pre, post, stopped, direction) if other == 0 else None
     if decided is None:
         reason = (
             f"budget: {cut}, and the outcomes in (pre {pre[0]}/{pre[1]}, post {post[0]}/{post[1]}) do not settle it"
@@ -233,9 +217,9 @@ def _budget_decision(
 
 
 async def _adaptive(runner: Runner, segment: Segment, direction: Direction) -> tuple[Verification, VerifyStats]:
-    config, trajectory = runner.config, runner.trajectory
-    test = sequential_test(config)
-    pre_seeds, post_seeds = continuation_seeds(config, trajectory, test.max_pairs)
+    settings, trajectory, test = runner.settings, runner.trajectory, runner.settings.test
+    assert test is not None
+    pre_seeds, post_seeds = continuation_seeds(settings, trajectory, test.max_pairs)
     state = SequentialState(test)
     pre: list[Result] = []
     post: list[Result] = []
@@ -253,7 +237,7 @@ async def _adaptive(runner: Runner, segment: Segment, direction: Direction) -> t
             ra = a.success if isinstance(a, Outcome) else None
             rb = b.success if isinstance(b, Outcome) else None
             state.add(*((ra, rb) if direction == "gain" else (rb, ra)))
-        incomplete = incomplete_reason(pre, post, max(1, state.drawn - config.allowed_failures), state.drawn)
+        incomplete = incomplete_reason(pre, post, max(1, state.drawn - settings.allowed_failures), state.drawn)
         if incomplete is not None:
             decision = "incomplete"
             break
@@ -264,7 +248,7 @@ async def _adaptive(runner: Runner, segment: Segment, direction: Direction) -> t
         rule="sequential",
         direction=direction,
         budget=2 * test.max_pairs,
-        fixed_budget=2 * config.k,
+        fixed_budget=2 * settings.k,
         spent=runner.spent,
         rounds=rounds,
         policy_rounds=runner.last_round,
@@ -290,15 +274,15 @@ async def verify_segment(
     trajectory: Trajectory,
     segment: Segment,
     continuer: Continuer,
-    config: ProverConfig,
+    settings: VerifySettings,
     limit: asyncio.Semaphore | None = None,
 ) -> Verification:
     """Run continuations from each boundary of ``segment`` and apply the acceptance rule.
 
-    With ``config.sampling == "fixed"`` (default) K run from each boundary; a boundary with fewer than
-    ``config.required_finished`` finished continuations is not accepted and the first error is named
-    in the reason. With ``config.strict`` the error is raised instead. See
-    :func:`verify_segment_detailed` for the cost and stopping record.
+    ``settings`` is ``ProverConfig.stages.verify``. With fixed sampling (default) K run from each boundary; a
+    boundary with fewer than ``required_finished`` finished continuations is not accepted and the first error is
+    named in the reason. With ``strict`` the error is raised instead. See :func:`verify_segment_detailed` for the
+    cost and stopping record.
     """
-    verification, _ = await verify_segment_detailed(trajectory, segment, continuer, config, limit)
+    verification, _ = await verify_segment_detailed(trajectory, segment, continuer, settings, limit)
     return verification

@@ -150,7 +150,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "cap-ignores-seed",
         "prover_core/allocate.py",
-        "kept_ids, _ = capped([c.group_id for c in cases], n, context.config.seed)",
+        "kept_ids, _ = capped([c.group_id for c in cases], n, context.stages.seed)",
         "kept_ids, _ = capped([c.group_id for c in cases], n)",
         ("tests/test_decision_cases.py", "tests/test_trigger.py", "tests/test_bonus.py"),
     ),
@@ -277,8 +277,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "hook-limit-inclusive",
         "prover_core/runner.py",
-        "if outcome.turns > self.config.max_continuation_turns:",
-        "if outcome.turns >= self.config.max_continuation_turns:",
+        "if outcome.turns > self.settings.max_continuation_turns:",
+        "if outcome.turns >= self.settings.max_continuation_turns:",
         ("tests/test_turn_limit_edges.py",),
     ),
     # -- issue 55: plan's greedy rules and the cap's boundary (prover_core/budget.py, allocate.py), the engine's

@@ -591,7 +591,7 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
         config = ProverConfig(k=truth_k, seed=12345, max_concurrency=64, curtail=False)
         continuer = env_continuer(ReplayEnv(MenuEnv), policy, config.max_continuation_turns)
         t0 = time.perf_counter()
-        truth = asyncio.run(verify_segment(trajectory, record.proposal.segment, continuer, config))
+        truth = asyncio.run(verify_segment(trajectory, record.proposal.segment, continuer, config.stages.verify))
         se = math.sqrt(
             truth.pre_rate * (1 - truth.pre_rate) / max(1, v.pre_count)
             + truth.post_rate * (1 - truth.post_rate) / max(1, v.post_count)
@@ -623,7 +623,9 @@ def part_a(url: str, chat: Chat, model: Any, groups: int, k: int, truth_k: int, 
         choices_config = ProverConfig(k=2 * k, seed=54321, max_concurrency=64, delta_of="choices", curtail=False)
         continuer = env_continuer(ReplayEnv(MenuEnv), Counting(), choices_config.max_continuation_turns)
         t0 = time.perf_counter()
-        choices = asyncio.run(verify_segment(trajectory, record.proposal.segment, continuer, choices_config))
+        choices = asyncio.run(
+            verify_segment(trajectory, record.proposal.segment, continuer, choices_config.stages.verify)
+        )
         say(
             "(a) Delta of choices on the engine",
             k=choices.pre_count,

@@ -360,5 +360,6 @@ def test_verification_takes_one_round_at_a_batch_size_past_the_former_limit() ->
     rollout, default, spent, _ = bench.rounds(128, 4, None)
     _, limited, _, _ = bench.rounds(128, 4, 256)
     assert spent > 256 and default <= rollout + 1 < limited
-    assert ProverConfig().concurrency_for(3) == 2 * max(4, ProverConfig().max_adaptive_k) * 3
-    assert ProverConfig(max_concurrency=7).concurrency_for(3) == 7
+    assert ProverConfig().stages.verify.concurrency_for(3) == 2 * 4 * 3  # 2 k per group
+    assert ProverConfig(sampling="adaptive").stages.verify.concurrency_for(3) == 2 * 6 * 3  # 2 ceil(1.5 k)
+    assert ProverConfig(max_concurrency=7).stages.verify.concurrency_for(3) == 7

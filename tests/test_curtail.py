@@ -20,7 +20,7 @@ from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.judges import AnchorJudge, ChoiceJudge, RandomJudge
 from prover_core.progress import Progress, format_progress
-from prover_core.verify import acceptance_rule, verify_segment_detailed
+from prover_core.verify import verify_segment_detailed
 from prover_core.view import credit_view, render_credit
 from tests.conftest import make_trajectory
 
@@ -38,13 +38,13 @@ RULES = [
 def test_the_skipped_boundarys_best_case_is_zero_of_k(rule: ProverConfig, direction: str) -> None:
     """Exhaustive: whenever some outcome of the second boundary is accepted, 0/K is, so `hopeless` never lies."""
     for k in range(1, 9):
-        accepts = acceptance_rule(rule).accept
+        accepts = rule.stages.verify.rule.accept
         for n1, n2 in itertools.product(range(1, k + 1), repeat=2):
             for y, x in itertools.product(range(n1 + 1), range(n2 + 1)):
                 # gain: first = post (y of n1), second = pre (x of n2); drop: first = pre, second = post
                 args = (x, n2, y, n1) if direction == "gain" else (y, n1, x, n2)
                 if accepts(*args, direction)[0]:  # type: ignore[arg-type]
-                    assert not hopeless(y, n1, k, acceptance_rule(rule), direction), (k, n1, n2, x, y)  # type: ignore[arg-type]
+                    assert not hopeless(y, n1, k, rule.stages.verify.rule, direction), (k, n1, n2, x, y)  # type: ignore[arg-type]
 
 
 def test_hopeless_by_hand() -> None:
@@ -76,7 +76,12 @@ def run(p_by_turn: dict[int, float], config: ProverConfig, direction: str = "gai
     hook = Counting(p_by_turn, fail_at)
     ver, stats = asyncio.run(
         verify_segment_detailed(
-            traj, Segment(trajectory_id="a", start=1, end=2), hook_continuer(hook), config, None, direction
+            traj,
+            Segment(trajectory_id="a", start=1, end=2),
+            hook_continuer(hook),
+            config.stages.verify,
+            None,
+            direction,
         )  # type: ignore[arg-type]
     )
     return ver, stats, hook.calls
@@ -133,7 +138,10 @@ def test_the_terminal_post_boundary_is_free_and_the_pre_boundary_runs() -> None:
     hook = Counting({3: 0.0})
     ver, stats = asyncio.run(
         verify_segment_detailed(
-            traj, Segment(trajectory_id="a", start=3, end=3), hook_continuer(hook), ProverConfig(k=4, curtail=True)
+            traj,
+            Segment(trajectory_id="a", start=3, end=3),
+            hook_continuer(hook),
+            ProverConfig(k=4, curtail=True).stages.verify,
         )
     )
     assert (ver.post_successes, ver.pre_count, ver.delta, ver.accepted) == (4, 4, 1.0, True)
@@ -188,11 +196,11 @@ def test_curtailment_keeps_every_decision_and_bonus_on_the_vault(update: dict[st
 def test_the_expected_cost_is_exact_and_the_pipeline_spends_it(p_post: float) -> None:
     """Closed form under the paper's rule, then the mean spend of 400 verifications within 4 standard errors."""
     config = ProverConfig(k=4, curtail=True)
-    assert curtailed_cost(p_post, config.k, acceptance_rule(config)) == pytest.approx(4 * (2 - (1 - p_post) ** 4))
+    assert curtailed_cost(p_post, config.k, config.stages.verify.rule) == pytest.approx(4 * (2 - (1 - p_post) ** 4))
     spent = [run({1: 0.2, 3: p_post}, config.model_copy(update={"seed": s}))[1].spent for s in range(400)]
     skip = (1 - p_post) ** 4  # spend is 4 or 8: 4 more with probability 1 - skip
     se = 4 * math.sqrt(skip * (1 - skip) / len(spent))
-    assert abs(np.mean(spent) - curtailed_cost(p_post, config.k, acceptance_rule(config))) <= 4 * se + 1e-12
+    assert abs(np.mean(spent) - curtailed_cost(p_post, config.k, config.stages.verify.rule)) <= 4 * se + 1e-12
 
 
 def test_a_curtailed_group_reads_as_not_measured_in_the_log_and_the_credit_view() -> None:

@@ -78,10 +78,10 @@ def test_the_config_seed_draws_the_capped_groups() -> None:
     kept_sets = set()
     for seed in range(8):
         config = ProverConfig(max_verified_groups=2, seed=seed)
-        eligible, records = trigger(groups, config)
+        eligible, records = trigger(groups, config.stages.trigger)
         assert [gid for gid, _ in eligible] == ids and not records
         want = capped(ids, 2, seed)[0]
-        kept, left = cap([Case(gid, groups[gid], d) for gid, d in eligible], Context(config))
+        kept, left = cap([Case(gid, groups[gid], d) for gid, d in eligible], Context(config.stages))
         assert [c.group_id for c in kept] == want
         assert sorted(r.group_id for r in left) == sorted(set(ids) - set(want))
         assert all(r.status == "unverified" and "max_verified_groups=2" in r.reason for r in left)

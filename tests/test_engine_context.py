@@ -79,7 +79,7 @@ def policy_of(server: CompletionsServer, rows: Any, **kw: Any) -> EnginePolicy:
 def verify(policy: EnginePolicy, trajectory: Trajectory, config: ProverConfig) -> Any:
     continuer = env_continuer(ReplayEnv(lambda: KeyEnv(horizon=4)), policy, config.max_continuation_turns)
     segment = Segment(trajectory_id=trajectory.id, start=1, end=1)
-    return asyncio.run(verify_segment(trajectory, segment, continuer, config))
+    return asyncio.run(verify_segment(trajectory, segment, continuer, config.stages.verify))
 
 
 def test_the_chat_record_is_laid_out_as_worked_by_hand() -> None:
@@ -118,7 +118,7 @@ def test_continuations_close_every_action_exactly_once_as_the_rollout_did() -> N
     ``[51, EOT]`` (stopped) or ``[50, 50]`` (length), and the next context holds the action closed once."""
     trajectory, prompt, completion = chat_record(GENERATED)
     config = ProverConfig(k=2, seed=5)
-    seeds, _ = continuation_seeds(config, trajectory)
+    seeds, _ = continuation_seeds(config.stages.verify, trajectory)
     with CompletionsServer(stopping_model, eos_token_id=EOT) as server:
         policy = policy_of(server, [(trajectory, prompt, completion)], close_action=CHATML)
         v = verify(policy, trajectory, config)

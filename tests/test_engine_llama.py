@@ -339,7 +339,11 @@ def test_engine_policy_sends_each_continuation_its_exact_context() -> None:
         config = ProverConfig(k=3, seed=5)
         continuer = env_continuer(ReplayEnv(lambda: KeyEnv(horizon=4)), policy, config.max_continuation_turns)
         trajectory = rows[0][0]
-        asyncio.run(verify_segment(trajectory, Segment(trajectory_id=trajectory.id, start=1, end=1), continuer, config))
+        asyncio.run(
+            verify_segment(
+                trajectory, Segment(trajectory_id=trajectory.id, start=1, end=1), continuer, config.stages.verify
+            )
+        )
     prompt, completion = rows[0][1], rows[0][2]
     before = {tuple(prompt + completion[:2]), tuple(prompt + completion[:4])}  # contexts before turns 1 and 2
     extended = {tuple(p + out) for p, out in server.exchanges}

@@ -51,7 +51,9 @@ def make_policy(server: CompletionsServer, store: TokenStore, **kw: Any) -> Engi
 def verify(policy: EnginePolicy, trajectory: Trajectory, config: ProverConfig) -> Any:
     continuer = env_continuer(ReplayEnv(lambda: KeyEnv(horizon=4)), policy, config.max_continuation_turns)
     return asyncio.run(
-        verify_segment(trajectory, Segment(trajectory_id=trajectory.id, start=1, end=1), continuer, config)
+        verify_segment(
+            trajectory, Segment(trajectory_id=trajectory.id, start=1, end=1), continuer, config.stages.verify
+        )
     )
 
 
@@ -116,7 +118,7 @@ def test_pre_and_post_continuations_send_exactly_the_hand_worked_contexts() -> N
         [1, 2, 3, 100, 50, 110, 51, 121, 122, 123, 131],
     ]
     config = ProverConfig(k=3)
-    seeds, _ = continuation_seeds(config, trajectory)
+    seeds, _ = continuation_seeds(config.stages.verify, trajectory)
     with CompletionsServer() as server:
         policy = make_policy(server, store_of([(trajectory, prompt, completion)]))
         v = verify(policy, trajectory, config)
@@ -164,12 +166,14 @@ def test_replayed_choices_off_the_recorded_path_continue_from_the_new_observatio
     key held) replaced by the new one's (120, no key): what the agent would have seen."""
     trajectory, prompt, completion = record("a", "g", WIN)
     config = ProverConfig(k=8, delta_of="choices")
-    _, post_seeds = continuation_seeds(config, trajectory)
+    _, post_seeds = continuation_seeds(config.stages.verify, trajectory)
     slipped = sum(np.random.default_rng(s).random() >= 0.5 for s in post_seeds)
     with CompletionsServer() as server:
         policy = make_policy(server, store_of([(trajectory, prompt, completion)]))
         continuer = env_continuer(ReplayEnv(lambda: SlipKeyEnv(horizon=4)), policy, config.max_continuation_turns)
-        v = asyncio.run(verify_segment(trajectory, Segment(trajectory_id="a", start=1, end=1), continuer, config))
+        v = asyncio.run(
+            verify_segment(trajectory, Segment(trajectory_id="a", start=1, end=1), continuer, config.stages.verify)
+        )
     firsts = [tuple(b["prompt"]) for b in server.requests if len(b["prompt"]) == 8 and b["prompt"][6] == 51]
     assert sorted(set(firsts)) == [(1, 2, 3, 100, 50, 110, 51, 120), (1, 2, 3, 100, 50, 110, 51, 121)]
     assert firsts.count((1, 2, 3, 100, 50, 110, 51, 120)) == slipped and 0 < slipped < 8
@@ -300,7 +304,7 @@ def test_compute_bonus_through_the_engine_credits_the_exact_delta() -> None:
     """Pre continuations (s_1, key still on the floor) succeed iff their first action is ``take``, i.e.
     iff ``action_seed(seed_i, 0)`` is odd; post continuations (key held) always succeed."""
     config = ProverConfig(k=8, seed=3)
-    pre_seeds, _ = continuation_seeds(config, batch()[0][0])  # g-0, the representative success
+    pre_seeds, _ = continuation_seeds(config.stages.verify, batch()[0][0])  # g-0, the representative success
     takes = sum(action_seed(s, 0) % 2 for s in pre_seeds)
     assert 0 < takes < 8, "pick a config seed where the pre rate is strictly between 0 and 1"
     with CompletionsServer(seed_model) as server:

@@ -142,7 +142,7 @@ def test_compute_bonus_over_sglang_credits_the_exact_delta_only_with_determinist
     sampler (here: always ``wait``), so the pairing through seeds is gone."""
     config = ProverConfig(k=8, seed=3)
     rows = key_group("g", successes=2)
-    pre_seeds, _ = continuation_seeds(config, rows[0][0])  # g-0, the representative success
+    pre_seeds, _ = continuation_seeds(config.stages.verify, rows[0][0])  # g-0, the representative success
     takes = sum(action_seed(s, 0) % 2 for s in pre_seeds) if deterministic else 0
     with SGLangServer(seed_model, deterministic=deterministic) as server:
         policy = EnginePolicy(

@@ -89,7 +89,8 @@ def test_controls_are_drawn_afresh_for_new_episodes_with_the_same_ids() -> None:
 def test_no_segment_of_the_length_is_a_visible_decline() -> None:
     run = make_trajectory("s", "g", True, list("abc"))  # admissible ends 0..1: no 3-turn segment
     case = Case("g", [run, make_trajectory("f", "g", False, list("abcd"))], "gain", control=True)
-    out = _control(case, Segment(trajectory_id="other", start=0, end=2), ProverConfig(control_share=1))
+    rules = ProverConfig(control_share=1).stages.propose.rules
+    out = _control(case, Segment(trajectory_id="other", start=0, end=2), rules, seed=0)
     assert isinstance(out, GroupRecord) and out.status == "declined" and out.control
     assert "no admissible segment of 3 turns" in out.reason and "[0, 2]" in out.reason
 

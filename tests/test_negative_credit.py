@@ -80,9 +80,10 @@ def test_negative_credit_by_hand() -> None:
 
 
 def test_the_lambda_of_negative_credit_defaults_to_lam() -> None:
-    assert ProverConfig(lam=0.25).effective_negative_lam == 0.25
-    assert ProverConfig(lam=0.25, negative_lam=0.5).effective_negative_lam == 0.5
-    assert ProverConfig(lam=0.25, negative_lam=0.0).effective_negative_lam == 0.0  # 0 is a value, not "unset"
+    assert ProverConfig(lam=0.25).stages.credit.lam_for("drop") == 0.25
+    assert ProverConfig(lam=0.25, negative_lam=0.5).stages.credit.lam_for("drop") == 0.5
+    assert ProverConfig(lam=0.25, negative_lam=0.0).stages.credit.lam_for("drop") == 0.0  # 0 is a value, not "unset"
+    assert ProverConfig(lam=0.25, negative_lam=0.5).stages.credit.lam_for("gain") == 0.25
 
 
 def test_no_drop_no_negative_credit() -> None:

@@ -37,7 +37,7 @@ from prover_core.acceptance import AcceptanceRule, acceptance_probability, prob_
 from prover_core.continuations import hook_continuer
 from prover_core.curtail import hopeless
 from prover_core.sequential import SequentialTest, operating_characteristics
-from prover_core.verify import acceptance_rule, continuation_seeds, verify_segment_detailed
+from prover_core.verify import continuation_seeds, verify_segment_detailed
 from tests.conftest import make_trajectory
 
 Oracle = Callable[[int, int, int, int], bool]
@@ -165,7 +165,7 @@ def test_the_posterior_rule_accepts_at_its_threshold() -> None:
 def test_a_drop_is_the_gain_with_the_roles_swapped(rule: AcceptanceRule, oracle: Oracle) -> None:
     config = config_of(rule)
     for x, m, y, n in COUNTS:
-        built = acceptance_rule(config)
+        built = config.stages.verify.rule
         assert built.accept(x, m, y, n, "gain")[0] == oracle(x, m, y, n)
         assert built.accept(x, m, y, n, "drop")[0] == oracle(y, n, x, m)
 
@@ -226,7 +226,7 @@ def test_hopeless_is_exactly_when_no_outcome_of_the_other_boundary_is_accepted(
                 for first in range(count + 1):
                     for direction in ("gain", "drop"):
                         want = hopeless_oracle(first, count, k, need, oracle)
-                        got = hopeless(first, count, config.k, acceptance_rule(config), direction)
+                        got = hopeless(first, count, config.k, config.stages.verify.rule, direction)
                         assert got == want, (k, need, first, count, direction)
 
 
@@ -239,7 +239,7 @@ SEG = Segment(trajectory_id="o", start=1, end=2)  # pre boundary: turn 1, post b
 def playing(config: ProverConfig, pre: Sequence[int | None], post: Sequence[int | None]) -> Callable[..., bool]:
     """A ``continue_from`` giving continuation ``i`` of each boundary the outcome ``pre[i]`` / ``post[i]`` (``None``:
     it raises, a failed continuation)."""
-    pre_seeds, post_seeds = continuation_seeds(config, TRAJ, len(pre))
+    pre_seeds, post_seeds = continuation_seeds(config.stages.verify, TRAJ, len(pre))
     index = {SEG.start: {s: i for i, s in enumerate(pre_seeds)}, SEG.end + 1: {s: i for i, s in enumerate(post_seeds)}}
     assert all(len(v) == len(pre) for v in index.values())
     plays = {SEG.start: pre, SEG.end + 1: post}
@@ -278,7 +278,9 @@ def run_all(config: ProverConfig, cases: Cases, direction: str) -> list:  # type
     async def go() -> list:  # type: ignore[type-arg]
         return await asyncio.gather(
             *(
-                verify_segment_detailed(TRAJ, SEG, hook_continuer(playing(config, pre, post)), config, None, direction)  # type: ignore[arg-type]
+                verify_segment_detailed(
+                    TRAJ, SEG, hook_continuer(playing(config, pre, post)), config.stages.verify, None, direction
+                )  # type: ignore[arg-type]
                 for pre, post in cases
             )
         )

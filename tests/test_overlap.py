@@ -35,7 +35,7 @@ from prover_core.curtail import settled
 from prover_core.demo import MDPEnv, VaultMDP, vault_policy
 from prover_core.demo.run import rollout_batch
 from prover_core.protocols import PolicyContext
-from prover_core.verify import acceptance_rule, verify_segment_detailed
+from prover_core.verify import verify_segment_detailed
 from tests.conftest import make_trajectory
 
 T = 6  # corridor length
@@ -81,7 +81,7 @@ def verify(p: Mapping[int, float], config: ProverConfig, segment: tuple[int, int
     policy = BatchedPolicy(p)
     continuer = env_continuer(ReplayEnv(Corridor), policy, 100)
     seg = Segment(trajectory_id="a", start=segment[0], end=segment[1])
-    ver, stats = asyncio.run(verify_segment_detailed(trajectory, seg, continuer, config))
+    ver, stats = asyncio.run(verify_segment_detailed(trajectory, seg, continuer, config.stages.verify))
     return ver, stats, policy
 
 
@@ -124,7 +124,9 @@ def test_a_drop_runs_the_pre_boundary_first_and_stops_post() -> None:
     policy = BatchedPolicy({1: 0.0, 3: 1.0})
     continuer = env_continuer(ReplayEnv(Corridor), policy, 100)
     seg = Segment(trajectory_id="a", start=1, end=2)
-    ver, stats = asyncio.run(verify_segment_detailed(trajectory, seg, continuer, curtailed("overlap"), None, "drop"))
+    ver, stats = asyncio.run(
+        verify_segment_detailed(trajectory, seg, continuer, curtailed("overlap").stages.verify, None, "drop")
+    )
     assert ver.curtailed and (ver.pre_successes, ver.pre_count, ver.post_count) == (0, 4, 0)
     assert (stats.cancelled, ver.policy_turns, policy.batcher.calls) == (4, 4 * 5 + 4 * 3, 5)
 
@@ -146,7 +148,9 @@ def test_a_hook_cannot_be_stopped_so_its_second_boundary_waits() -> None:
     trajectory = make_trajectory("a", "g", True, ["go"] * (T - 1) + ["win"])
     hook = Hook({1: 0.5, 3: 1.0})
     seg = Segment(trajectory_id="a", start=1, end=2)
-    _, stats = asyncio.run(verify_segment_detailed(trajectory, seg, hook_continuer(hook), curtailed("overlap")))
+    _, stats = asyncio.run(
+        verify_segment_detailed(trajectory, seg, hook_continuer(hook), curtailed("overlap").stages.verify)
+    )
     assert hook.calls == [3] * 4 + [1] * 4 and stats.rounds == 2 and not metered(hook_continuer(hook))
     assert stats.policy_rounds == 3 + 5  # the clock follows a hook's turns when it ends (Outcome.turns)
     assert metered(env_continuer(ReplayEnv(Corridor), BatchedPolicy({}), 10))
@@ -154,7 +158,7 @@ def test_a_hook_cannot_be_stopped_so_its_second_boundary_waits() -> None:
 
 def test_settled_by_hand() -> None:
     """Under Delta > 0 the pre boundary is moot only once every post continuation has ended and none succeeded."""
-    rule = acceptance_rule(ProverConfig())
+    rule = ProverConfig().stages.verify.rule
     lose, win = Outcome(success=False), Outcome(success=True)
     assert settled([lose] * 4, 0, 4, rule, 0) and not settled([lose] * 3, 1, 4, rule, 0)
     assert not settled([win, lose, lose, lose], 0, 4, rule, 0)
@@ -202,7 +206,7 @@ def test_a_continuation_in_a_thread_stops_at_its_next_turn_when_cancelled() -> N
     config = curtailed("overlap", continuation_timeout_s=30.0)
     continuer = env_continuer(ReplayEnv(Corridor), policy, 100, threaded=True)
     seg = Segment(trajectory_id="a", start=0, end=3)  # post from 4: 2 turns; pre from 0: 6 turns
-    ver, stats = asyncio.run(verify_segment_detailed(trajectory, seg, continuer, config))
+    ver, stats = asyncio.run(verify_segment_detailed(trajectory, seg, continuer, config.stages.verify))
     time.sleep(0.3)  # long enough for a pre continuation that did not stop to finish its 6 turns
     assert ver.curtailed and stats.spent == 4 + stats.cancelled and stats.cancelled == 4
     assert policy.calls == ver.policy_turns < 4 * 2 + 4 * 6  # every policy call counted; the stopped ones stopped

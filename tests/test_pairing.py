@@ -24,7 +24,10 @@ def deltas(traj: Trajectory, seg: Segment, paired: bool, runs: int) -> np.ndarra
 
     async def go() -> list[float]:
         out = await asyncio.gather(
-            *(verify_segment(traj, seg, cont, ProverConfig(k=8, seed=s, paired_seeds=paired)) for s in range(runs))
+            *(
+                verify_segment(traj, seg, cont, ProverConfig(k=8, seed=s, paired_seeds=paired).stages.verify)
+                for s in range(runs)
+            )
         )
         return [v.delta for v in out]
 
@@ -94,9 +97,9 @@ def test_shared_uniform_variance_is_exact(p_pre: float, p_post: float) -> None:
 
 def test_adaptive_pairs_reuse_the_fixed_seeds() -> None:
     cfg = ProverConfig(k=8, seed=5)
-    pre8, post8 = continuation_seeds(cfg, "t")
-    pre12, post12 = continuation_seeds(cfg, "t", 12)
+    pre8, post8 = continuation_seeds(cfg.stages.verify, "t")
+    pre12, post12 = continuation_seeds(cfg.stages.verify, "t", 12)
     assert pre12[:8] == pre8 and post12[:8] == post8 and pre12 == post12
     unpaired = cfg.model_copy(update={"paired_seeds": False})
-    pre, post = continuation_seeds(unpaired, "t", 12)
+    pre, post = continuation_seeds(unpaired.stages.verify, "t", 12)
     assert pre[:8] == pre8 and set(pre).isdisjoint(post)

@@ -17,11 +17,10 @@ from prover_core.sequential import (
     operating_characteristics,
     pair_probabilities,
 )
-from prover_core.verify import sequential_test
 from tests.verify_support import BATCH, SEG, bernoulli, make_restorable_env, run_many
 
 ADAPTIVE = ProverConfig(k=8, sampling="adaptive")  # the K its figures (docs/verification.md) were measured at
-TEST = sequential_test(ADAPTIVE)
+TEST = ADAPTIVE.stages.verify.test
 FIXED_SPEND = 2 * ADAPTIVE.k
 
 

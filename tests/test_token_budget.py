@@ -239,7 +239,7 @@ CONFIG = ProverConfig(k=2, curtail=False)
 
 
 def by_hand(share: float, lucky: bool) -> tuple[Any, TwoOfThree]:
-    seeds, _ = continuation_seeds(CONFIG, GROUP[0])
+    seeds, _ = continuation_seeds(CONFIG.stages.verify, GROUP[0])
     policy = TwoOfThree()
     r = compute_bonus(
         GROUP,
@@ -307,7 +307,7 @@ def test_the_unused_part_of_each_reservation_goes_back_by_hand(share: float, cap
     """One continuation after the other, each reserving 3 and generating 2: after three, 3 x 2 = 6 are spent. Cap 9
     (floor(0.24 x 38)): 3 left, the fourth runs (8 in all; without giving back it would find 0). Cap 8: 2 left cannot
     cover a reservation of 3, so the fourth is stopped although its 2 tokens would have fit (strict)."""
-    seeds, _ = continuation_seeds(CONFIG, GROUP[0])
+    seeds, _ = continuation_seeds(CONFIG.stages.verify, GROUP[0])
     policy = TwoOfThreeInTurn()
     config = CONFIG.model_copy(update={"max_extra_token_share": share})
     r = compute_bonus(GROUP, judge=TurnOne(), env=OneAction(seeds[0]), policy=policy, config=config)
@@ -323,7 +323,7 @@ def test_an_action_the_tokens_left_cannot_cover_is_not_taken_and_gives_back_its_
     policy = TwoOfThree()
     continuer = make_continuer(OneAction(None), policy, max_turns=5, count_tokens=True)
     turns, tokens = TurnBudget(10), TurnBudget(2)
-    runner = Runner(GROUP[0], continuer, config, asyncio.Semaphore(1), budget=turns, tokens=tokens)
+    runner = Runner(GROUP[0], continuer, config.stages.verify, asyncio.Semaphore(1), budget=turns, tokens=tokens)
     result = asyncio.run(runner.one(1, 0))
     assert isinstance(result, BudgetExhaustedError) and "policy tokens" in str(result)
     assert policy.generated == 0 and turns.used == 0 and tokens.used == 0 and runner.budget_stopped == 1
@@ -365,7 +365,13 @@ def test_a_hook_or_an_executor_is_refused_under_a_token_cap() -> None:
     with pytest.raises(ProtocolError, match="an executor"):
         compute_bonus(BATCH, judge=DivergenceJudge(), executor=executor, config=config)
     with pytest.raises(ProtocolError, match="a token budget"):  # verification called directly, a hook's continuer
-        Runner(GROUP[0], hook_continuer(lambda t, turn, seed: True), config, asyncio.Semaphore(1), tokens=TurnBudget(5))
+        Runner(
+            GROUP[0],
+            hook_continuer(lambda t, turn, seed: True),
+            config.stages.verify,
+            asyncio.Semaphore(1),
+            tokens=TurnBudget(5),
+        )
 
 
 def test_a_batch_without_token_spans_is_refused_under_a_token_cap() -> None:

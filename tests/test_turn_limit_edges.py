@@ -95,7 +95,7 @@ def run_hook(reported: int, budget: TurnBudget) -> Any:
     config = ProverConfig(max_continuation_turns=6)
 
     async def one() -> Any:
-        runner = Runner(TRAJECTORY, hook, config, asyncio.Semaphore(1), budget=budget)
+        runner = Runner(TRAJECTORY, hook, config.stages.verify, asyncio.Semaphore(1), budget=budget)
         assert runner.reserve == 6  # not metered: it reserves its whole turn limit before it starts
         return await runner.one(0, 11)
 

@@ -26,16 +26,16 @@ def bernoulli_continuer(p_by_turn: dict[int, float]):  # type: ignore[no-untyped
 
 
 def verify(traj, seg, continuer, config):  # type: ignore[no-untyped-def]
-    return asyncio.run(verify_segment(traj, seg, continuer, config))
+    return asyncio.run(verify_segment(traj, seg, continuer, config.stages.verify))
 
 
 def test_seeds_are_paired_stable_and_distinct() -> None:
     cfg = ProverConfig(k=8, seed=3)
-    pre, post = continuation_seeds(cfg, "traj-1")
+    pre, post = continuation_seeds(cfg.stages.verify, "traj-1")
     assert pre == post and len(set(pre)) == 8
-    assert continuation_seeds(cfg, "traj-1") == (pre, post)  # stable
-    assert continuation_seeds(cfg, "traj-2")[0] != pre
-    upre, upost = continuation_seeds(cfg.model_copy(update={"paired_seeds": False}), "traj-1")
+    assert continuation_seeds(cfg.stages.verify, "traj-1") == (pre, post)  # stable
+    assert continuation_seeds(cfg.stages.verify, "traj-2")[0] != pre
+    upre, upost = continuation_seeds(cfg.model_copy(update={"paired_seeds": False}).stages.verify, "traj-1")
     assert upre == pre and set(upre).isdisjoint(upost)
 
 
@@ -96,7 +96,7 @@ def test_failures_make_the_boundary_incomplete_and_name_the_error() -> None:
             raise RuntimeError("simulator crashed")
         return turn >= 3
 
-    seeds = continuation_seeds(ProverConfig(curtail=False, k=8), traj)[0]
+    seeds = continuation_seeds(ProverConfig(curtail=False, k=8).stages.verify, traj)[0]
     crashed = sum(s % 3 == 0 for s in seeds)
     assert crashed > 0
     v = verify(traj, seg, hook_continuer(flaky), ProverConfig(curtail=False, k=8))

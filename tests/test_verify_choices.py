@@ -87,7 +87,7 @@ def q_start(p: float) -> float:
 
 def delta(run: Trajectory, segment: Segment, config: ProverConfig, p_a: float, p_b: float) -> float:
     continuer = env_continuer(ReplayEnv(lambda: Gamble(p_a, p_b)), as_policy(half_half), max_turns=10)
-    verification, _ = asyncio.run(verify_segment_detailed(run, segment, continuer, config))
+    verification, _ = asyncio.run(verify_segment_detailed(run, segment, continuer, config.stages.verify))
     return verification.delta
 
 
@@ -157,7 +157,9 @@ def test_pre_continuations_never_replay_and_the_hook_gets_replay_on_post_only() 
     run = make_trajectory("t", "g", True, list("abcdef"))
     config = ProverConfig(k=3, delta_of="choices")
     asyncio.run(
-        verify_segment_detailed(run, Segment(trajectory_id="t", start=1, end=2), hook_continuer(continue_from), config)
+        verify_segment_detailed(
+            run, Segment(trajectory_id="t", start=1, end=2), hook_continuer(continue_from), config.stages.verify
+        )
     )
     assert sorted(calls) == [(1, 0)] * 3 + [(1, 2)] * 3
 
@@ -200,7 +202,7 @@ def test_a_choice_the_policy_makes_anyway_earns_nothing_for_its_luck(pairing: st
         config = ProverConfig(k=64, delta_of=delta_of, pairing=pairing)
         env, policy = paired(config.pairing, ReplayEnv(lambda: Gamble(0.5, 0.2)), as_policy(always_a))
         continuer = env_continuer(env, policy, max_turns=10)
-        verification, _ = asyncio.run(verify_segment_detailed(run, turn0, continuer, config))
+        verification, _ = asyncio.run(verify_segment_detailed(run, turn0, continuer, config.stages.verify))
         return verification
 
     states, choices = verify("states"), verify("choices")

@@ -35,7 +35,9 @@ def run_many(
     async def go() -> list[tuple[Verification, VerifyStats]]:
         return await asyncio.gather(
             *(
-                verify_segment_detailed(TRAJ, SEG, continuer, config.model_copy(update={"seed": s}), None, direction)  # type: ignore[arg-type]
+                verify_segment_detailed(
+                    TRAJ, SEG, continuer, config.model_copy(update={"seed": s}).stages.verify, None, direction
+                )  # type: ignore[arg-type]
                 for s in range(runs)
             )
         )

@@ -189,14 +189,14 @@ def chance_shares(case: Case, rules: SegmentRules, config: ProverConfig) -> list
 def matched_chance(case: Case, run: Trajectory, turns: int, config: ProverConfig) -> float:
     """The share of ``run``'s admissible segments of exactly ``turns`` turns that hold a true pivot: the
     localisation of a random segment as long as the judge's."""
-    same = [c for c in config.segment_rules.candidates(run) if c.num_turns == turns]
+    same = [c for c in config.stages.propose.rules.candidates(run) if c.num_turns == turns]
     return sum(hit(case.pivots[run.id], c.start, c.end) for c in same) / len(same) if same else float("nan")
 
 
 def matched_decision(case: Case, run: Trajectory, turns: int, config: ProverConfig) -> float | None:
     """The mean decision value of ``run``'s admissible segments of exactly ``turns`` turns (exact
     expectation for a random segment as long as the judge's); ``None`` without exact values."""
-    same = [c for c in config.segment_rules.candidates(run) if c.num_turns == turns]
+    same = [c for c in config.stages.propose.rules.candidates(run) if c.num_turns == turns]
     values = [case.decision_value(run.id, c.start, c.end) for c in same]
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
@@ -556,7 +556,7 @@ def run_judge_bench(
             else:
                 case = tabular_case(env, settings.groups, settings.group_size, seed)
             out.kinds[name] = case.kind
-            chances += chance_shares(case, config.segment_rules, config)
+            chances += chance_shares(case, config.stages.propose.rules, config)
             judges: dict[str, Judge] = {**offline_judges(seed), **(extra_judges or {})}
             if extra_judges and "llm" in extra_judges:  # the combination rule: the LLM only where choice declines
                 judges["choice, then llm"] = FirstOf(ChoiceJudge(), extra_judges["llm"])

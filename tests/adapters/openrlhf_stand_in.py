@@ -154,7 +154,7 @@ def expected_requests(prompt: str, trajectory: Any, max_len: int, seed: int = 0)
     pre = tuple(char_ids(prompt))
     post = (*pre, *TAKE_KEY_IDS, *char_ids(HOLD))
     out: Counter[Request] = Counter()
-    pre_seeds, post_seeds = continuation_seeds(ProverConfig(k=8, seed=seed), trajectory)
+    pre_seeds, post_seeds = continuation_seeds(ProverConfig(k=8, seed=seed).stages.verify, trajectory)
     assert pre_seeds == post_seeds
     for s in pre_seeds:
         a0 = action_seed(s, 0)
@@ -171,7 +171,10 @@ def pre_successes(trajectory: Any, seed: int = 0) -> int:
     from prover_core.verify import continuation_seeds
     from prover_engine.policy import action_seed
 
-    return sum(action_seed(s, 0) % 2 == 0 for s in continuation_seeds(ProverConfig(k=8, seed=seed), trajectory)[0])
+    return sum(
+        action_seed(s, 0) % 2 == 0
+        for s in continuation_seeds(ProverConfig(k=8, seed=seed).stages.verify, trajectory)[0]
+    )
 
 
 def worker_setup() -> None:

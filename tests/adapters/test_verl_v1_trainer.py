@@ -465,7 +465,7 @@ def test_agent_loop_records_token_exact_spans_observations_and_reset(cluster: An
 
 def expected_delta(trajectory: Trajectory) -> float:
     """Delta by hand: from boundary 1 two ``r`` are needed (actions 0, 1), from boundary 2 one (action 0)."""
-    pre, post = continuation_seeds(ProverConfig(k=K, lam=LAM), trajectory)
+    pre, post = continuation_seeds(ProverConfig(k=K, lam=LAM).stages.verify, trajectory)
 
     def r(seed: int, j: int) -> bool:
         return action_seed(seed, j) % 3 != 0
