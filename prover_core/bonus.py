@@ -95,7 +95,7 @@ from prover_core.protocols import (
 from prover_core.redaction import reported
 from prover_core.report import Direction, GroupRecord, Report
 from prover_core.restore import ReplayEnv, SnapshotEnv
-from prover_core.stages import CreditSettings, ProposeSettings, VerifySettings
+from prover_core.stages import CreditSettings, ProposeSettings, Stages, VerifySettings
 from prover_core.trigger import trigger
 from prover_core.verify import verify_segment_detailed
 
@@ -315,128 +315,188 @@ async def run_pipeline(
     """Trigger, propose, verify and credit over one batch, with no state across calls: ``prior`` is the judge
     against chance over earlier steps (a :class:`~prover_core.run.ProverRun`'s window), which ``lift_throttle``
     reads; the report's ``lift`` is left for the caller."""
-    env, policy, continue_from, executor = hooks.env, hooks.policy, hooks.continue_from, hooks.executor
     started, stage = time.perf_counter(), config.stages
+    continuer, restorers = _continuations(judge, hooks, stage, progress)
+    batch = _Batch.of(trajectories, stage)
+
+    # 1. Trigger: the groups inside the band
+    eligible, records = trigger(batch.groups, stage.trigger)
+    if logger.isEnabledFor(logging.DEBUG):
+        _log_trigger(batch.groups, dict(eligible))
+    # Allocate: which of them the judge and the continuations are spent on (cap, controls, throttle)
+    context = Context(stage, prior, turn_cap_of(stage.cost, batch.rollout_turns))
+    cases, left = allocate([Case(gid, batch.groups[gid], d) for gid, d in eligible], context, BEFORE_PROPOSE)
+    records.update({r.group_id: r for r in left})
+    call = _Call(records, _Tally(len(cases), started, progress), StageClock(), time.perf_counter())
+
+    # 2. Propose: every eligible group's judge at once
+    proposed = await call.propose(cases, judge, stage)
+    # Allocate the turn cap among the proposals (budget_plan)
+    proposed, left = allocate(proposed, context, AFTER_PROPOSE)
+    call.finished(left)
+
+    # 3. Verify and 4. Credit: every proposed segment together, so that each round of policy calls serves them all
+    await call.verify(proposed, counted(continuer, call.tally.continuation_ended), stage, context, batch)
+
+    return await _result(batch, call, cases, judge, hooks.policy, restorers, context, started)
+
+
+@dataclass
+class _Batch:
+    """One call's batch: its groups, their GRPO advantages, every trajectory's per-turn bonus (zero until credited),
+    the rollout's policy turns and the token cap (``None``: uncapped)."""
+
+    groups: dict[str, list[Trajectory]]
+    advantages: dict[str, float]
+    everyone: list[Trajectory]
+    turn_bonus: dict[str, NDArray[np.float64]]
+    rollout_turns: int
+    token_cap: int | None
+
+    @classmethod
+    def of(cls, trajectories: Iterable[Trajectory | Mapping[str, Any]], stage: Stages) -> _Batch:
+        groups = group_batch(trajectories)
+        advantages = grpo_advantages(groups, normalize_std=stage.credit.normalize_std, eps=stage.credit.std_eps)
+        everyone = [t for members in groups.values() for t in members]
+        token_cap = token_cap_of(stage.cost.max_extra_token_share, everyone)  # a batch without token spans: refused
+        turn_bonus = {t.id: np.zeros(t.num_turns) for t in everyone}
+        return cls(groups, advantages, everyone, turn_bonus, sum(t.num_turns for t in everyone), token_cap)
+
+
+def _continuations(
+    judge: Judge, hooks: Hooks, stage: Stages, progress: ProgressFn | None
+) -> tuple[Continuer, list[tuple[ReplayEnv | SnapshotEnv, int]]]:
+    """The call's continuer for what the user passed (checked, with the judge and ``progress``, before anything
+    runs), and the restorers whose close failures the report counts, with their count so far; a snapshot cache is
+    cleared (one call is one step: the last step's states are stale)."""
     require(judge, "judge", Judge, "propose(success, failures, rules)")
     if progress is not None and (isinstance(progress, type) or not callable(progress)):
         raise ProtocolError(f"progress must be callable as progress(event); got {described(progress)}")
     continuer = make_continuer(
-        env,
-        policy,
-        continue_from,
-        executor,
+        hooks.env,
+        hooks.policy,
+        hooks.continue_from,
+        hooks.executor,
         max_turns=stage.verify.max_continuation_turns,
         threaded=stage.verify.continuation_timeout_s is not None,  # so that the time limit holds over blocking code
         pairing=stage.verify.pairing,
         replay=stage.verify.delta_of == "choices",
         count_tokens=stage.cost.max_extra_token_share is not None,  # refuses what cannot report its tokens
     )
-    for cache in (env, getattr(executor, "snapshots", None)):
-        if isinstance(cache, SnapshotEnv):  # one call is one step: the last step's states are stale
+    caches = (hooks.env, getattr(hooks.executor, "snapshots", None))
+    for cache in caches:
+        if isinstance(cache, SnapshotEnv):
             cache.clear()
-    restorers = [r for r in (env, getattr(executor, "snapshots", None)) if isinstance(r, ReplayEnv | SnapshotEnv)]
-    closes_before = sum(r.close_failures for r in restorers)
-    groups = group_batch(trajectories)
-    advantages = grpo_advantages(groups, normalize_std=stage.credit.normalize_std, eps=stage.credit.std_eps)
-    everyone = [t for members in groups.values() for t in members]
-    turn_bonus = {t.id: np.zeros(t.num_turns) for t in everyone}
-    token_cap = token_cap_of(stage.cost.max_extra_token_share, everyone)  # a batch without its token spans: refused
+    restorers = [(r, r.close_failures) for r in caches if isinstance(r, ReplayEnv | SnapshotEnv)]
+    return continuer, restorers
 
-    # 1. Trigger: the groups inside the band
-    eligible, records = trigger(groups, stage.trigger)
-    if logger.isEnabledFor(logging.DEBUG):
-        _log_trigger(groups, dict(eligible))
-    rollout_turns = sum(t.num_turns for t in everyone)
-    context = Context(stage, prior, turn_cap_of(stage.cost, rollout_turns))
-    # Allocate: which of them the judge and the continuations are spent on (cap, controls, throttle)
-    cases, left = allocate([Case(gid, groups[gid], direction) for gid, direction in eligible], context, BEFORE_PROPOSE)
-    records.update({r.group_id: r for r in left})
-    stages, gathered_at = StageClock(), time.perf_counter()
-    tally = _Tally(len(cases), started, progress)
-    continuer = counted(continuer, tally.continuation_ended)
 
-    async def judged(case: Case) -> Case | None:
-        answer = await _propose_case(case, judge, stage.propose, stages, stage.verify)
-        if isinstance(answer, GroupRecord):
-            records[case.group_id] = answer
-            tally.group_finished(answer)
-            return None
-        return replace(case, proposal=answer)
+@dataclass
+class _Call:
+    """What one call's propose and verify steps write: each group's record, the progress, the stage clock."""
 
-    # 2. Propose: every eligible group's judge at once
-    proposed = [c for c in await asyncio.gather(*(judged(case) for case in cases)) if c is not None]
-    # Allocate the turn cap among the proposals (budget_plan)
-    proposed, left = allocate(proposed, context, AFTER_PROPOSE)
-    for record in left:
-        records[record.group_id] = record
-        tally.group_finished(record)
-    limit, rounds = asyncio.Semaphore(stage.verify.concurrency_for(len(proposed))), tally.clock
-    budget = None if context.turn_cap is None else TurnBudget(context.turn_cap)
-    tokens = None if token_cap is None else TurnBudget(token_cap)
+    records: dict[str, GroupRecord]
+    tally: _Tally
+    stages: StageClock
+    gathered_at: float
+    """When the judges were asked: what runs after it concurrently is timed apart from what runs outside it."""
 
-    # under a planned cap, groups whose turns are taken one by one (metered) are admitted while what is left covers
-    # their reservation, each spending its own share first (a hook reserves a whole turn limit per continuation)
-    admission = Admission(budget) if budget is not None and metered(continuer) else None
+    def finished(self, left: Sequence[GroupRecord]) -> None:
+        for record in left:
+            self.records[record.group_id] = record
+            self.tally.group_finished(record)
 
-    async def verified(case: Case) -> None:
-        assert case.proposal is not None
-        share = None
-        if admission is not None and case.reserve is not None:
-            share = await admission.enter(case.reserve)
-            if share is None:
-                reason = (f"budget: not started, the cap's {budget.left if budget else 0} turns left cannot cover "
-                          f"the {case.reserve} it reserves (max_extra_share={stage.cost.max_extra_share})")  # fmt: skip
-                records[case.group_id] = left_out = unverified(case, "verify", reason)
-                tally.group_finished(left_out)
-                return
-        try:
-            record, credit = await _verify_case(
-                case,
-                case.proposal,
-                continuer,
-                (stage.verify, stage.credit),
-                limit,
-                (stages, rounds),
-                share or budget,
-                tokens,
-            )
-        finally:
-            if share is not None and admission is not None:
-                await admission.leave(share)
-        records[case.group_id] = record
-        if credit is not None:  # 4. Credit
-            turn_bonus[credit[0]] = credit[1]
-        tally.group_finished(record)
+    async def propose(self, cases: list[Case], judge: Judge, stage: Stages) -> list[Case]:
+        """Every case's judge at once: the cases with a proposal; the others recorded."""
 
-    # 3. Verify: every proposed segment together, so that each round of policy calls serves them all
-    await asyncio.gather(*(verified(case) for case in proposed))
-    concurrent = time.perf_counter() - gathered_at
+        async def judged(case: Case) -> Case | None:
+            answer = await _propose_case(case, judge, stage.propose, self.stages, stage.verify)
+            if isinstance(answer, GroupRecord):
+                self.finished([answer])
+                return None
+            return replace(case, proposal=answer)
 
+        return [c for c in await asyncio.gather(*(judged(case) for case in cases)) if c is not None]
+
+    async def verify(
+        self, proposed: list[Case], continuer: Continuer, stage: Stages, context: Context, batch: _Batch
+    ) -> None:
+        """Every proposed segment verified together, each accepted one credited in ``batch.turn_bonus``. Under a
+        planned turn cap, groups whose turns are taken one by one (metered) are admitted while what is left covers
+        their reservation, each spending its own share first (a hook reserves a whole turn limit per continuation)."""
+        limit = asyncio.Semaphore(stage.verify.concurrency_for(len(proposed)))
+        budget = None if context.turn_cap is None else TurnBudget(context.turn_cap)
+        tokens = None if batch.token_cap is None else TurnBudget(batch.token_cap)
+        admission = Admission(budget) if budget is not None and metered(continuer) else None
+
+        async def verified(case: Case) -> None:
+            assert case.proposal is not None
+            share = None
+            if admission is not None and case.reserve is not None:
+                share = await admission.enter(case.reserve)
+                if share is None:
+                    left = budget.left if budget else 0
+                    reason = (
+                        f"budget: not started, the cap's {left} turns left cannot cover the {case.reserve} it "
+                        f"reserves (max_extra_share={stage.cost.max_extra_share})"
+                    )
+                    self.finished([unverified(case, "verify", reason)])
+                    return
+            try:
+                clocks = (self.stages, self.tally.clock)
+                settings = (stage.verify, stage.credit)
+                record, credit = await _verify_case(
+                    case, case.proposal, continuer, settings, limit, clocks, share or budget, tokens
+                )
+            finally:
+                if share is not None and admission is not None:
+                    await admission.leave(share)
+            if credit is not None:  # 4. Credit
+                batch.turn_bonus[credit[0]] = credit[1]
+            self.finished([record])
+
+        await asyncio.gather(*(verified(case) for case in proposed))
+
+
+async def _result(
+    batch: _Batch,
+    call: _Call,
+    cases: list[Case],
+    judge: Judge,
+    policy: object,
+    restorers: list[tuple[ReplayEnv | SnapshotEnv, int]],
+    context: Context,
+    started: float,
+) -> BonusResult:
+    """The call's advantages, bonuses and report (with its warnings, logged), once every group is decided."""
+    concurrent = time.perf_counter() - call.gathered_at
+    records, everyone, turn_bonus = call.records, batch.everyone, batch.turn_bonus
     examined = [records[case.group_id] for case in cases]
     if not _warn_if_all_skipped(examined):
         _warn_if_no_continuation_finished(examined)
-    mistakes = _batch_warnings(groups, everyone, advantages, turn_bonus, stage.credit.episode_keys)
+    keys = context.stages.credit.episode_keys
+    mistakes = _batch_warnings(batch.groups, everyone, batch.advantages, turn_bonus, keys)
     policy_stats = getattr(policy, "report_stats", None)
     engine_stats = dict(await resolve(policy_stats())) if callable(policy_stats) else {}
     weights = {t.id: turn_weights(t) for t in everyone}
     total = time.perf_counter() - started
     report = Report(
-        env_close_failures=sum(r.close_failures for r in restorers) - closes_before,
+        env_close_failures=sum(r.close_failures - before for r, before in restorers),
         credit_mass=sum(float(np.abs(turn_bonus[tid]) @ w) for tid, w in weights.items()),
-        advantage_mass=sum(abs(advantages[tid]) * float(w.sum()) for tid, w in weights.items()),
+        advantage_mass=sum(abs(batch.advantages[tid]) * float(w.sum()) for tid, w in weights.items()),
         batch_warnings=mistakes,
-        groups=[records[gid] for gid in groups],
+        groups=[records[gid] for gid in batch.groups],
         judge_calls=len(cases),
-        rollout_turns=rollout_turns,
+        rollout_turns=batch.rollout_turns,
         turn_budget=context.turn_cap,
         rollout_tokens=rollout_tokens(everyone),
-        token_budget=token_cap,
+        token_budget=batch.token_cap,
         rollout_episodes=len(everyone),
         rollout_rounds=max(t.num_turns for t in everyone),
         judge_stats=dict(judge.stats()) if isinstance(judge, ReportingJudge) else {},
         timings={
-            "propose": stages.wall("propose"),
-            "verify": stages.wall("verify"),
+            "propose": call.stages.wall("propose"),
+            "verify": call.stages.wall("verify"),
             "outside": total - concurrent,
             "total": total,
         },
@@ -445,7 +505,7 @@ async def run_pipeline(
     if logger.isEnabledFor(logging.INFO):
         logger.info(_summary(report, total))
     return BonusResult(
-        trajectories={t.id: t for t in everyone}, advantages=advantages, turn_bonus=turn_bonus, report=report
+        trajectories={t.id: t for t in everyone}, advantages=batch.advantages, turn_bonus=turn_bonus, report=report
     )
 
 
