@@ -607,3 +607,36 @@ def test_lift_throttle_acts_in_the_trainer_through_its_run(cluster: Any) -> None
     assert requests == []
     assert trainer.prover_run.steps == 1
     tq.kv_clear(keys=keys, partition_id="train")
+
+
+class TokenCapSpec(CorridorSpec):
+    def prover_config(self) -> ProverConfig:
+        return ProverConfig(k=K, lam=LAM, max_extra_token_share=1.0)
+
+
+def test_the_token_cap_holds_on_verls_replicas(cluster: Any) -> None:
+    """``max_extra_token_share=1``: verification may generate at most as many tokens as the rollout's actions hold
+    (their token spans, as the agent loop recorded them). The engine policy over verl's replicas reports each
+    action's tokens, so the replicas are asked for no more than the cap (one token per request: ``max_tokens=1``),
+    and a verification the cap cut short is decided where the outcomes in settle it, else skipped for ``budget``
+    (GRPO credit). Uncapped, this step's verification takes 24 actions (8 pre continuations of 2 turns, 8 post of 1)."""
+    servers = cluster["servers"]
+    trainer = ProverTrainerSync(compose(**{"+prover.spec": f"{__name__}.TokenCapSpec"}))
+    trainer.tokenizer, trainer.llm_server_manager = char_tokenizer(), cluster["manager"]
+    trainer.checkpoint_manager = checkpoint_manager(servers)
+    set_all(servers, awake=True, mode="ok")
+    keys, outputs = record_sessions(cluster, "uidtokens")
+    take(servers)
+    runs = [Trajectory.model_validate(o.extra_fields["prover_trajectory"]) for o in outputs]
+    cap = sum(turn.token_span[1] - turn.token_span[0] for run in runs for turn in run.turns if turn.token_span)
+    assert all(turn.token_span is not None for run in runs for turn in run.turns)
+    trainer.global_steps = 11
+    metrics: dict[str, Any] = {}
+    trainer._compute_advantage(KVBatchMeta(keys=keys, tags=tags_of(keys), partition_id="train"), metrics)
+    _, requests = take(servers)
+    assert 0 < cap < 24 and metrics["prover/token_budget"] == cap
+    assert 0 < len(requests) <= cap and 0 < metrics["prover/policy_tokens"] <= cap
+    assert metrics["prover/continuations_failed/budget"] > 0  # the cap stopped continuations
+    decided = metrics["prover/groups_accepted"] + metrics["prover/groups_rejected"]
+    assert decided + metrics["prover/groups_skipped_budget"] == 1.0  # decided where settled, else skipped: budget
+    tq.kv_clear(keys=keys, partition_id="train")
