@@ -223,12 +223,9 @@ class ProverConfig(BaseModel):
                 max_pairs=most,
                 round_pairs=self.adaptive_round,
             )
-        negative = (self.negative_trigger_low, self.negative_trigger_high) if self.negative_credit else None
-        trigger = TriggerSettings(self.trigger_low, self.trigger_high, negative)
-        if not self.negative_trigger_low < self.negative_trigger_high:  # checked whether or not it is used
-            raise ValueError("negative_trigger_low must be below negative_trigger_high")
+        negative = (self.negative_trigger_low, self.negative_trigger_high)
         return Stages(
-            trigger=trigger,
+            trigger=TriggerSettings(self.trigger_low, self.trigger_high, negative, self.negative_credit),
             propose=ProposeSettings(
                 SegmentRules(max_turns=self.max_segment_turns, nonterminal_end=self.nonterminal_end),
                 self.judge_timeout_s,

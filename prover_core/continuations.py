@@ -249,9 +249,11 @@ class _EnvContinuer:
 
     metered = True
 
-    def __init__(self, env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool) -> None:
+    def __init__(
+        self, env: RestorableEnv, policy: Policy, max_turns: int, threaded: bool, tokens: bool = False
+    ) -> None:
         self.env, self.policy, self.max_turns, self.threaded = env, policy, max_turns, threaded
-        self.tokens = False
+        self.tokens = tokens
         """Its policy reports its tokens to the meter (``make_continuer(count_tokens=True)``)."""
         sync = not (inspect.iscoroutinefunction(env.restore) or inspect.iscoroutinefunction(policy.act))
         self.whole = threaded and sync
@@ -372,9 +374,7 @@ def make_continuer(
     if count_tokens:
         acting = _TokenCounted(policy, threaded)  # type: ignore[arg-type]  # checked: _require_token_policy
     env, acting = paired(pairing, env, acting)
-    continuer = _EnvContinuer(env, acting, max_turns, threaded)
-    continuer.tokens = count_tokens
-    return continuer
+    return _EnvContinuer(env, acting, max_turns, threaded, tokens=count_tokens)
 
 
 def _require_token_policy(policy: object, continue_from: object, executor: object) -> None:

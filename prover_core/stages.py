@@ -40,17 +40,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TriggerSettings:
-    """A group is eligible for positive credit iff ``low < p < high`` (strict), for negative credit (``negative``
-    set) iff ``negative[0] < p < negative[1]``."""
+    """A group is eligible for positive credit iff ``low < p < high`` (strict), for negative credit (with
+    ``negative_credit``) iff ``negative[0] < p < negative[1]``; both bands are checked whether or not in use."""
 
     low: float = 0.0
     high: float = 0.5
-    negative: tuple[float, float] | None = None
+    negative: tuple[float, float] = (0.5, 1.0)
+    negative_credit: bool = False
 
     def __post_init__(self) -> None:
         if not self.low < self.high:
             raise ValueError(f"trigger_low ({self.low}) must be below trigger_high ({self.high})")
-        if self.negative is not None and not self.negative[0] < self.negative[1]:
+        if not self.negative[0] < self.negative[1]:
             raise ValueError("negative_trigger_low must be below negative_trigger_high")
 
 
@@ -71,8 +72,9 @@ class VerifySettings:
 
     ``curtail``: ``None`` (off), ``"overlap"`` or ``"wait"`` (:mod:`prover_core.curtail`). Seeds: ``seed``, paired
     pre and post when ``paired_seeds`` (:func:`~prover_core.verify.continuation_seeds`), drawn as ``pairing`` says.
-    A boundary needs ``required_finished`` of its continuations finished; each may take ``max_continuation_turns``
-    turns and ``continuation_timeout_s`` seconds. ``max_concurrency``: continuations in flight (``None``: all)."""
+    A boundary needs ``required_finished`` of its continuations finished (``None``: all ``k``); each may take
+    ``max_continuation_turns`` turns and ``continuation_timeout_s`` seconds. ``max_concurrency``: continuations in
+    flight (``None``: all)."""
 
     k: int = 4
     rule: AcceptanceRule = field(default_factory=AcceptanceRule)
@@ -89,9 +91,7 @@ class VerifySettings:
     strict: bool = False
 
     def __post_init__(self) -> None:
-        if self.required_finished is None:
-            object.__setattr__(self, "required_finished", self.k)
-        elif self.required_finished > self.k:
+        if self.required_finished is not None and self.required_finished > self.k:
             raise ValueError(f"min_finished ({self.required_finished}) cannot exceed k ({self.k})")
         if self.test is not None and self.rule.name != "delta_positive":
             raise ValueError(
@@ -101,9 +101,8 @@ class VerifySettings:
 
     @property
     def finished(self) -> int:
-        """Finished continuations a boundary needs (``required_finished``, set)."""
-        assert self.required_finished is not None
-        return self.required_finished
+        """Finished continuations a boundary needs: ``required_finished``, or all ``k``."""
+        return self.k if self.required_finished is None else self.required_finished
 
     @property
     def allowed_failures(self) -> int:

@@ -66,7 +66,7 @@ def trigger(
     """Stage 1 over a batch: ``(eligible, records)``.
 
     ``eligible`` lists ``(group_id, direction)`` in batch order: ``gain`` for a success rate inside
-    ``(low, high)``, ``drop`` inside the negative band when ``settings`` has one (``ProverConfig.stages.trigger``).
+    ``(low, high)``, ``drop`` inside the negative band with ``negative_credit`` (``ProverConfig.stages.trigger``).
     ``records`` holds every other group, ``not_eligible``. Which eligible groups are verified is
     :mod:`prover_core.allocate`'s (``max_verified_groups`` among them, with :func:`capped`).
     """
@@ -76,7 +76,7 @@ def trigger(
         rate, successes = success_rate(members), sum(t.success for t in members)
         if is_eligible(rate, settings.low, settings.high):
             directions[gid] = "gain"
-        elif settings.negative is not None and is_eligible(rate, *settings.negative):
+        elif settings.negative_credit and is_eligible(rate, *settings.negative):
             directions[gid] = "drop"
         else:
             records[gid] = GroupRecord(
